@@ -1,0 +1,65 @@
+"""The exception hierarchy: one root so callers can catch everything tickwork raises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TickworkError(Exception):
+    """Root of every error tickwork raises on purpose."""
+
+
+class InvalidInput(TickworkError, ValueError):
+    """A value given to tickwork is not acceptable; nothing was stored.
+
+    The message always names the field and the offending value so that a user (or an
+    HTTP client, later) can tell exactly what to fix.
+    """
+
+    def __init__(self, field: str, value: Any, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(f"{field}={value!r}: {reason}")
+
+
+class InvalidCron(InvalidInput):
+    """A cron expression that does not parse or never fires."""
+
+
+class InvalidTimezone(InvalidInput):
+    """A time zone name that is not a known IANA zone."""
+
+
+class UnknownTask(InvalidInput):
+    """A task name that was never registered with ``@app.task``."""
+
+
+class PayloadTooLarge(InvalidInput):
+    """Arguments whose JSON encoding exceeds ``max_payload`` bytes."""
+
+
+class TaskNotFound(TickworkError, LookupError):
+    """No task with this id exists in the store."""
+
+    def __init__(self, task_id: int) -> None:
+        self.task_id = task_id
+        super().__init__(f"task_id={task_id!r}: no such task")
+
+
+class InvalidState(TickworkError):
+    """The task is in a state that does not allow the requested operation."""
+
+    def __init__(self, task_id: int, status: str, operation: str) -> None:
+        self.task_id = task_id
+        self.status = status
+        self.operation = operation
+        super().__init__(f"task_id={task_id}: cannot {operation} a task that is {status}")
+
+
+class Cancelled(TickworkError):
+    """Raised inside a task by ``ctx.raise_if_cancelled()`` once cancellation was requested."""
+
+
+class StoreError(TickworkError):
+    """The store could not be opened or its schema is not usable."""

@@ -1,0 +1,159 @@
+"""The entities of DESIGN.md §1 as frozen dataclasses, and their str-valued enums.
+
+Models are plain values: the store builds them from rows, the client API hands them
+out, nothing mutates them. A changed task is a new ``Task`` read back from the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from datetime import datetime
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    """Task status. RECURRING tasks never reach COMPLETED."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    PAUSED = "PAUSED"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+
+
+class ExecutionStatus(str, enum.Enum):
+    """Outcome of one run (one row of the execution log)."""
+
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMED_OUT = "TIMED_OUT"
+    SKIPPED = "SKIPPED"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Kind(str, enum.Enum):
+    ONE_TIME = "ONE_TIME"
+    RECURRING = "RECURRING"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Misfire(str, enum.Enum):
+    """What to do with slots that were missed by more than ``misfire_grace``."""
+
+    SKIP = "SKIP"
+    SINGLE_CATCHUP = "SINGLE_CATCHUP"
+    CATCHUP = "CATCHUP"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """Why a run failed: exception type, message and formatted traceback."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Task:
+    id: int
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    key: str | None
+    kind: Kind
+    cron: str | None
+    timezone: str
+    interval: float | None
+    scheduled_at: datetime
+    next_run_at: datetime
+    status: Status
+    misfire: Misfire
+    misfire_grace: float
+    jitter: float
+    timeout: float | None
+    max_retries: int
+    retry_backoff: float
+    priority: int
+    version: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    cancel_requested: bool
+    triggered: bool
+    attempt: int
+    run_count: int
+    last_status: ExecutionStatus | None
+    created_at: datetime
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Execution:
+    id: int
+    task_id: int
+    attempt: int
+    scheduled_for: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    status: ExecutionStatus
+    node: str | None
+    fence: int | None
+    error: ErrorInfo | None
+    result: Any
+    note: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Node:
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    capacity: int
+    running: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
+
+
+def _to_dict(obj: Any) -> dict[str, Any]:
+    """JSON-ready dict: enums as their values, datetimes as ISO 8601 in UTC."""
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        if isinstance(value, enum.Enum):
+            value = value.value
+        elif isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, ErrorInfo):
+            value = dataclasses.asdict(value)
+        out[field.name] = value
+    return out

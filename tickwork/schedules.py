@@ -1,0 +1,255 @@
+"""Schedule arithmetic as pure functions: next nominal time, retry delay, jitter, and
+how a finished run moves its task on.
+
+Everything here is a function of (schedule, times); nothing reads the clock or the
+store, so the loops stay thin and every rule is unit-tested on its own. All times are
+timezone-aware UTC datetimes; cron is evaluated in the task's zone and converted back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from tickwork.errors import InvalidCron, InvalidInput, InvalidTimezone
+from tickwork.model import ExecutionStatus, Kind, Status, Task
+
+MAX_RETRY_DELAY = 300.0
+"""Cap of the exponential retry backoff, in seconds (DESIGN.md §2)."""
+
+CRON_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+# cronsim yields the next match of the *naive* wall time for fixed-time expressions in
+# a zone with DST; on a fall-back day, starting inside the second pass of the repeated
+# hour, that match can lie before the start in UTC. We step past such results; a handful
+# of steps always suffices, the bound only guards against an unforeseen library change.
+_MAX_STEPS_PAST_START = 8
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def require_aware(field: str, value: datetime) -> datetime:
+    """Refuse naive datetimes: their meaning depends on the machine that reads them."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(field, value.isoformat(), "datetime must be timezone-aware")
+    return value.astimezone(UTC)
+
+
+def parse_timezone(name: str) -> ZoneInfo:
+    if not isinstance(name, str) or not name:
+        raise InvalidTimezone("timezone", name, "must be an IANA time zone name")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidTimezone("timezone", name, "unknown IANA time zone") from exc
+
+
+class Schedule(Protocol):
+    def next_after(self, after: datetime) -> datetime:
+        """The first nominal fire time strictly after ``after`` (UTC in, UTC out)."""
+        ...
+
+    def latest_until(self, slot: datetime, now: datetime) -> datetime:
+        """The last fire time in [slot, now], given that ``slot`` is a fire time <= now."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class CronSchedule:
+    """A standard 5-field cron expression (or @macro) evaluated in an IANA zone.
+
+    DST follows ISC cron, as cronsim implements it: a fixed wall time that does not
+    exist fires once at the first valid instant after the gap, one that occurs twice
+    fires once at its first occurrence; wildcard-hour or wildcard-minute expressions
+    fire in both passes of a repeated hour.
+    """
+
+    expression: str
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        zone = parse_timezone(self.timezone)
+        expr = self.normalized
+        if len(expr.split()) != 5:
+            raise InvalidCron(
+                "cron", self.expression, "expected 5 fields (minute hour day month weekday)"
+            )
+        try:
+            probe = CronSim(expr, datetime(2000, 1, 1, tzinfo=zone))
+            next(probe)
+        except CronSimError as exc:
+            raise InvalidCron("cron", self.expression, _cron_reason(expr, str(exc))) from exc
+        except StopIteration as exc:
+            raise InvalidCron("cron", self.expression, "expression never fires") from exc
+
+    @property
+    def normalized(self) -> str:
+        text = self.expression.strip()
+        return CRON_MACROS.get(text.lower(), text)
+
+    def next_after(self, after: datetime) -> datetime:
+        after = after.astimezone(UTC)
+        zone = ZoneInfo(self.timezone)
+        it = CronSim(self.normalized, after.astimezone(zone))
+        for _ in range(_MAX_STEPS_PAST_START):
+            candidate = next(it).astimezone(UTC)
+            if candidate > after:
+                return candidate
+        raise RuntimeError(f"cron {self.expression!r} did not advance past {after}")
+
+    def latest_until(self, slot: datetime, now: datetime) -> datetime:
+        # Walk back from now (cheap however long the gap), then forward-correct: reverse
+        # iteration across a DST change may land one fire early, never late.
+        back = CronSim(self.normalized, now.astimezone(ZoneInfo(self.timezone)), reverse=True)
+        try:
+            latest = max(slot, next(back).astimezone(UTC))
+        except StopIteration:
+            latest = slot
+        while (following := self.next_after(latest)) <= now:
+            latest = following
+        return latest
+
+    def explain(self) -> str:
+        return CronSim(self.normalized, datetime(2000, 1, 1, tzinfo=UTC)).explain()
+
+
+def _cron_reason(expr: str, message: str) -> str:
+    """Tell "never fires" apart from a bad field: cronsim reports both as a bad day."""
+    fields = expr.split()
+    if len(fields) == 5 and fields[3] != "*":
+        try:
+            CronSim(" ".join([*fields[:3], "*", fields[4]]), datetime(2000, 1, 1, tzinfo=UTC))
+        except CronSimError:
+            return message
+        return f"expression never fires: day-of-month {fields[2]} does not occur in month {fields[3]}"
+    return message
+
+
+@dataclasses.dataclass(frozen=True)
+class IntervalSchedule:
+    """Fixed rate: slots are exact multiples of ``seconds`` from the first slot."""
+
+    seconds: float
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.seconds) or self.seconds <= 0:
+            raise InvalidInput("every", self.seconds, "interval must be a positive number of seconds")
+        if timedelta(seconds=self.seconds) < timedelta(microseconds=1):
+            raise InvalidInput("every", self.seconds, "interval must be at least 1 microsecond")
+
+    def next_after(self, after: datetime) -> datetime:
+        # Called with a slot, so adding the exact timedelta keeps every slot on the grid.
+        return after.astimezone(UTC) + timedelta(seconds=self.seconds)
+
+    def latest_until(self, slot: datetime, now: datetime) -> datetime:
+        step = timedelta(seconds=self.seconds)
+        return slot + ((now - slot) // step) * step
+
+
+def schedule_of(task: Task) -> Schedule | None:
+    if task.cron is not None:
+        return CronSchedule(task.cron, task.timezone)
+    if task.interval is not None:
+        return IntervalSchedule(task.interval)
+    return None
+
+
+def fire_times(schedule: Schedule, after: datetime, count: int) -> Iterator[datetime]:
+    """The next ``count`` fire times strictly after ``after``."""
+    current = after
+    for _ in range(count):
+        current = schedule.next_after(current)
+        yield current
+
+
+def retry_delay(attempt: int, backoff: float) -> float:
+    """Seconds before retrying after attempt ``attempt`` (from 1) failed."""
+    if attempt < 1:
+        raise ValueError(f"attempt={attempt}: attempts count from 1")
+    exponent = min(attempt - 1, 64)  # 2**64 * any backoff is far past the cap
+    return min(backoff * 2.0**exponent, MAX_RETRY_DELAY)
+
+
+def jitter_offset(task_id: int, slot: datetime, jitter: float) -> timedelta:
+    """A delay in [0, jitter) that is the same every time for the same (task, slot).
+
+    Deterministic so that a retried or re-claimed slot is not re-rolled, and so that
+    the nominal ``scheduled_at`` stays the basis for the next slot (no accumulation).
+    """
+    if jitter <= 0:
+        return timedelta(0)
+    digest = hashlib.blake2b(
+        f"{task_id}:{slot.astimezone(UTC).isoformat()}".encode(), digest_size=8
+    ).digest()
+    fraction = int.from_bytes(digest, "big") / 2.0**64
+    return timedelta(seconds=fraction * jitter)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settlement:
+    """The task's new state after one of its runs ended (written fenced by the store)."""
+
+    status: Status
+    scheduled_at: datetime
+    next_run_at: datetime
+    attempt: int
+    last_status: ExecutionStatus
+
+
+def settle(task: Task, outcome: ExecutionStatus, now: datetime) -> Settlement:
+    """How a run that ended with ``outcome`` moves ``task`` on.
+
+    ``task`` is the task as claimed: ``task.attempt`` is the attempt that just ran.
+    A requested cancellation wins over any outcome; a failure is retried on the same
+    slot with exponential backoff while attempts remain; a RECURRING task then moves
+    to its next slot whatever happened, a ONE_TIME task ends.
+    """
+    if task.cancel_requested or outcome is ExecutionStatus.CANCELLED:
+        return Settlement(Status.CANCELLED, task.scheduled_at, task.next_run_at, task.attempt, outcome)
+    failed = outcome in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT)
+    if failed and task.attempt <= task.max_retries:
+        delay = timedelta(seconds=retry_delay(task.attempt, task.retry_backoff))
+        return Settlement(Status.PENDING, task.scheduled_at, now + delay, task.attempt, outcome)
+    if task.kind is Kind.ONE_TIME:
+        final = Status.FAILED if failed else Status.COMPLETED
+        return Settlement(final, task.scheduled_at, task.next_run_at, task.attempt, outcome)
+    if task.triggered:
+        # A manual run does not consume the nominal slot it was triggered ahead of.
+        slot = task.scheduled_at
+    else:
+        slot = next_slot(task, now)
+    next_run = slot + jitter_offset(task.id, slot, task.jitter)
+    return Settlement(Status.PENDING, slot, next_run, 0, outcome)
+
+
+def next_slot(task: Task, now: datetime) -> datetime:
+    """The slot after ``task.scheduled_at``; drift-free: never computed from ``now``.
+
+    Slots missed by more than ``misfire_grace`` collapse onto the latest missed one,
+    so a node that was down does not replay a backlog (the SINGLE_CATCHUP default).
+    """
+    schedule = schedule_of(task)
+    if schedule is None:
+        raise ValueError(f"task {task.id} is not recurring")
+    slot = schedule.next_after(task.scheduled_at)
+    horizon = now - timedelta(seconds=task.misfire_grace)
+    if slot >= horizon:
+        return slot
+    return schedule.latest_until(slot, now)

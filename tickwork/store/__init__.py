@@ -1,0 +1,23 @@
+"""The only package that speaks SQL. ``open_store(url)`` picks the store for a URL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from tickwork.errors import StoreError
+from tickwork.schedules import utcnow
+from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Store
+from tickwork.store.sql import SQLStore
+
+__all__ = ["Claim", "NewTask", "Outcome", "Renewal", "Store", "open_store"]
+
+
+def open_store(url: str, *, clock: Callable[[], datetime] = utcnow) -> Store:
+    """A store for ``url``; ``clock`` replaces the embedded store's clock in tests."""
+    if url.startswith("sqlite:"):
+        from tickwork.store.sqlite import SQLiteDialect, path_from_url
+
+        return SQLStore(SQLiteDialect(path_from_url(url), clock))
+    scheme = url.split(":", 1)[0] if ":" in url else url
+    raise StoreError(f"url={url!r}: unsupported database scheme {scheme!r} (expected sqlite:///PATH)")

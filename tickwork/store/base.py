@@ -1,0 +1,190 @@
+"""The store protocol: every operation a node or a client needs from the database.
+
+Each method documents its contract; the contract tests (tests/test_store_contract.py)
+check it against every store. Two rules run through all of it:
+
+* A running task is *claimed*: status RUNNING, its ``version`` bumped by the claim,
+  ``lease_owner`` the node, ``lease_expires_at`` the lease end. The bumped version is
+  the fence: every later write about that run (renew, finish, release, reap) matches
+  ``id``, ``version`` and ``lease_owner`` and changes nothing when they do not match.
+* "now" is the store's clock (SQL ``now()`` on a server database, the host clock on an
+  embedded file), so nodes whose clocks disagree still agree on what is due.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
+
+
+@dataclasses.dataclass(frozen=True)
+class NewTask:
+    """A validated task to insert; the client API builds these, the store only writes."""
+
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    kind: Kind
+    scheduled_at: datetime
+    next_run_at: datetime
+    key: str | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+    interval: float | None = None
+    misfire: Misfire = Misfire.SINGLE_CATCHUP
+    misfire_grace: float = 60.0
+    jitter: float = 0.0
+    timeout: float | None = None
+    max_retries: int = 0
+    retry_backoff: float = 1.0
+    priority: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One claimed run: the task as claimed (its version is the fence) and its log row."""
+
+    task: Task
+    execution_id: int
+    scheduled_for: datetime
+
+    @property
+    def fence(self) -> int:
+        return self.task.version
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How one run ended, and the task's next state as the policy decided it."""
+
+    task_id: int
+    fence: int
+    execution_id: int
+    status: ExecutionStatus
+    task_status: Status
+    scheduled_at: datetime
+    next_run_at: datetime
+    attempt: int
+    triggered: bool
+    error: ErrorInfo | None = None
+    result: Any = None
+    note: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Renewal:
+    """A lease that was renewed, and whether someone asked to cancel the run."""
+
+    task_id: int
+    cancel_requested: bool
+
+
+class Store(Protocol):
+    def migrate(self) -> int:
+        """Create or upgrade the schema to the latest version; return that version.
+
+        Safe to call from many processes at once: one applies, the others see it done.
+        """
+        ...
+
+    def now(self) -> datetime:
+        """The store's clock, the one that judges due times and lease expiry."""
+        ...
+
+    def insert_tasks(self, tasks: Sequence[NewTask]) -> list[Task]:
+        """Insert all tasks in one transaction and return them in order.
+
+        A task whose ``key`` equals the key of a task that is not yet terminal is not
+        inserted: that existing task is returned instead (idempotent scheduling).
+        """
+        ...
+
+    def next_due_at(self, names: Sequence[str]) -> datetime | None:
+        """The earliest ``next_run_at`` among PENDING tasks with these names, or None."""
+        ...
+
+    def claim(self, node: str, names: Sequence[str], limit: int, lease: float) -> list[Claim]:
+        """Claim at most ``limit`` due PENDING tasks with these names, for ``lease`` seconds.
+
+        Due means ``next_run_at <= now``; higher priority first, then oldest due. Each
+        claim bumps the task's version, sets it RUNNING with this node's lease,
+        increments ``attempt`` and inserts a RUNNING execution row. A task is claimed
+        by at most one node, however many claim at once.
+        """
+        ...
+
+    def renew(self, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
+        """Extend the leases of ``(task_id, fence)`` runs this node still owns.
+
+        Runs missing from the result were lost (fence or owner no longer match): the
+        node must stop treating them as its own.
+        """
+        ...
+
+    def finish(self, node: str, outcomes: Sequence[Outcome]) -> list[bool]:
+        """Record ended runs: execution row and task state, each fenced.
+
+        Returns, per outcome, whether it was applied. False means a stale result (the
+        lease was lost and the run taken over or reaped): nothing was changed.
+        """
+        ...
+
+    def release(self, node: str, claims: Sequence[Claim]) -> int:
+        """Give back claims that never started: PENDING again (CANCELLED if a cancel
+        was requested meanwhile), attempt restored, their execution rows removed.
+        Fenced; returns how many were released."""
+        ...
+
+    def expired(self, limit: int) -> list[Claim]:
+        """RUNNING tasks whose lease expired before now, with their execution rows."""
+        ...
+
+    def reap(self, lease_owner: str, outcomes: Sequence[Outcome]) -> list[bool]:
+        """Like ``finish`` on behalf of a node that lost its lease, and only while that
+        lease is still expired: a renewal that lands first wins."""
+        ...
+
+    def get_task(self, task_id: int) -> Task | None: ...
+
+    def list_tasks(
+        self, *, status: Status | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Task]: ...
+
+    def list_executions(
+        self, *, task_id: int | None = None, status: ExecutionStatus | None = None, limit: int = 100
+    ) -> list[Execution]:
+        """Executions, newest first."""
+        ...
+
+    def cancel(self, task_id: int) -> Task | None:
+        """PENDING or PAUSED → CANCELLED; RUNNING → ``cancel_requested`` (the run ends
+        CANCELLED). Returns the task, or None if it does not exist; a terminal task is
+        returned unchanged."""
+        ...
+
+    def pause(self, task_id: int) -> Task | None:
+        """PENDING → PAUSED; other states unchanged. None if the task does not exist."""
+        ...
+
+    def resume(self, task_id: int) -> Task | None:
+        """PAUSED → PENDING; other states unchanged. None if the task does not exist."""
+        ...
+
+    def trigger(self, task_id: int) -> Task | None:
+        """Make a PENDING task due now. A ONE_TIME task's slot moves to now; a RECURRING
+        task gets an extra run now that does not consume its next nominal slot."""
+        ...
+
+    def register_node(self, node: Node) -> None: ...
+
+    def node_heartbeat(self, node_id: str, running: int) -> None: ...
+
+    def remove_node(self, node_id: str) -> None: ...
+
+    def list_nodes(self) -> list[Node]: ...
+
+    def close(self) -> None: ...

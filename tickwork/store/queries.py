@@ -1,0 +1,33 @@
+"""Load named queries: ``-- name: x`` headers in .sql files beside this module.
+
+The portable file is read first; a dialect file overrides queries by name, so each
+store reviews as plain SQL and the Python around it stays free of query text.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+_HEADER = re.compile(r"^--\s*name:\s*(?P<name>\w+)\s*$", re.MULTILINE)
+
+
+def parse(text: str) -> dict[str, str]:
+    queries: dict[str, str] = {}
+    matches = list(_HEADER.finditer(text))
+    ends = [m.start() for m in matches[1:]] + ([len(text)] if matches else [])
+    for match, end in zip(matches, ends, strict=True):
+        body = text[match.end() : end]
+        lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
+        queries[match["name"]] = "\n".join(lines).strip().rstrip(";")
+    return queries
+
+
+@cache
+def load(*files: str) -> dict[str, str]:
+    """Queries from ``files`` (in this package), later files overriding earlier ones."""
+    queries: dict[str, str] = {}
+    for file in files:
+        queries.update(parse(resources.files(__package__).joinpath(file).read_text("utf-8")))
+    return queries

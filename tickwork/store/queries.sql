@@ -1,0 +1,149 @@
+-- Named queries, portable across stores. Parameters are :name placeholders; a store's
+-- own file (e.g. sqlite.sql) may override any query by name. Every write that concerns
+-- a claimed run is fenced by id, version and lease_owner.
+
+-- name: insert_task
+-- Insert one task; a live task with the same idempotency key makes this a no-op.
+INSERT INTO tickwork_tasks (
+    name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
+    next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
+    retry_backoff, priority, created_at, updated_at)
+VALUES (
+    :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval, :scheduled_at,
+    :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
+    :retry_backoff, :priority, :now, :now)
+ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
+DO NOTHING
+RETURNING *;
+
+-- name: live_task_by_key
+-- The live task holding an idempotency key.
+SELECT * FROM tickwork_tasks
+WHERE key = :key AND status IN ('PENDING', 'RUNNING', 'PAUSED');
+
+-- name: next_due_at
+-- Earliest dispatch time among the tasks this node can run.
+SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
+WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names));
+
+-- name: claim_candidates
+-- Due tasks this node can run, best first; claimed one by one with claim_task.
+SELECT id, version FROM tickwork_tasks
+WHERE status = 'PENDING' AND next_run_at <= :now
+  AND name IN (SELECT value FROM json_each(:names))
+ORDER BY priority DESC, next_run_at, id
+LIMIT :limit;
+
+-- name: claim_task
+-- Compare-and-set on version: 0 rows means another node won this task.
+UPDATE tickwork_tasks
+SET status = 'RUNNING', version = version + 1, lease_owner = :node,
+    lease_expires_at = :lease_until, attempt = attempt + 1, updated_at = :now
+WHERE id = :id AND version = :version AND status = 'PENDING'
+RETURNING *;
+
+-- name: insert_execution
+INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence)
+VALUES (:task_id, :attempt, :scheduled_for, :now, 'RUNNING', :node, :fence)
+RETURNING id;
+
+-- name: renew_lease
+UPDATE tickwork_tasks SET lease_expires_at = :lease_until
+WHERE id = :id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
+RETURNING id, cancel_requested;
+
+-- name: settle_task
+-- Apply the policy's decision for an ended run. :expired_before is NULL for the
+-- owner itself; the reconciler passes now so that a renewal landing first wins.
+UPDATE tickwork_tasks
+SET status = :task_status, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
+    attempt = :attempt, triggered = :triggered, run_count = run_count + 1,
+    last_status = :status, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
+  AND (:expired_before IS NULL OR lease_expires_at < :expired_before)
+RETURNING id;
+
+-- name: finish_execution
+UPDATE tickwork_executions
+SET status = :status, finished_at = :now, error_type = :error_type,
+    error_message = :error_message, error_traceback = :error_traceback,
+    result = :result, note = :note
+WHERE id = :execution_id AND status = 'RUNNING';
+
+-- name: release_task
+-- Give back a claim that never started: the attempt did not happen.
+UPDATE tickwork_tasks
+SET status = CASE WHEN cancel_requested = 1 THEN 'CANCELLED' ELSE 'PENDING' END,
+    attempt = attempt - 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
+RETURNING id;
+
+-- name: delete_execution
+DELETE FROM tickwork_executions WHERE id = :execution_id AND status = 'RUNNING';
+
+-- name: expired_runs
+-- Runs whose owner stopped renewing: candidates for the reconciler.
+SELECT t.*, e.id AS execution_id, e.scheduled_for AS execution_scheduled_for
+FROM tickwork_tasks t
+JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.status = 'RUNNING'
+WHERE t.status = 'RUNNING' AND t.lease_expires_at < :now
+ORDER BY t.lease_expires_at
+LIMIT :limit;
+
+-- name: get_task
+SELECT * FROM tickwork_tasks WHERE id = :id;
+
+-- name: list_tasks
+SELECT * FROM tickwork_tasks
+WHERE (:status IS NULL OR status = :status) AND (:name IS NULL OR name = :name)
+ORDER BY id
+LIMIT :limit OFFSET :offset;
+
+-- name: list_executions
+SELECT * FROM tickwork_executions
+WHERE (:task_id IS NULL OR task_id = :task_id) AND (:status IS NULL OR status = :status)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: cancel_task
+-- A waiting task ends now; a running one is flagged and ends when its run does.
+UPDATE tickwork_tasks
+SET cancel_requested = 1,
+    status = CASE WHEN status = 'RUNNING' THEN 'RUNNING' ELSE 'CANCELLED' END,
+    version = CASE WHEN status = 'RUNNING' THEN version ELSE version + 1 END,
+    updated_at = :now
+WHERE id = :id AND status IN ('PENDING', 'PAUSED', 'RUNNING')
+RETURNING *;
+
+-- name: pause_task
+UPDATE tickwork_tasks SET status = 'PAUSED', version = version + 1, updated_at = :now
+WHERE id = :id AND status = 'PENDING'
+RETURNING *;
+
+-- name: resume_task
+UPDATE tickwork_tasks SET status = 'PENDING', version = version + 1, updated_at = :now
+WHERE id = :id AND status = 'PAUSED'
+RETURNING *;
+
+-- name: trigger_task
+UPDATE tickwork_tasks
+SET next_run_at = :now,
+    scheduled_at = CASE WHEN kind = 'ONE_TIME' THEN :now ELSE scheduled_at END,
+    triggered = CASE WHEN kind = 'RECURRING' THEN 1 ELSE 0 END,
+    version = version + 1, updated_at = :now
+WHERE id = :id AND status = 'PENDING'
+RETURNING *;
+
+-- name: upsert_node
+INSERT INTO tickwork_nodes (id, host, pid, started_at, heartbeat_at, capacity, running)
+VALUES (:id, :host, :pid, :started_at, :now, :capacity, :running)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, capacity = excluded.capacity;
+
+-- name: node_heartbeat
+UPDATE tickwork_nodes SET heartbeat_at = :now, running = :running WHERE id = :id;
+
+-- name: delete_node
+DELETE FROM tickwork_nodes WHERE id = :id;
+
+-- name: list_nodes
+SELECT * FROM tickwork_nodes ORDER BY started_at;

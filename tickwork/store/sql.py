@@ -1,0 +1,395 @@
+"""The store's domain operations, written once for every SQL database.
+
+A ``Dialect`` owns connections, transactions, value encoding and the query texts; this
+module owns what the operations mean (see ``base.Store`` for each contract).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
+from tickwork.store.base import Claim, NewTask, Outcome, Renewal
+
+log = logging.getLogger("tickwork.store")
+
+Row = Mapping[str, Any]
+
+
+class Session(Protocol):
+    """One connection inside one transaction (or autocommit, for reads)."""
+
+    def fetch_all(self, query: str, params: Mapping[str, Any]) -> list[Row]: ...
+
+    def fetch_one(self, query: str, params: Mapping[str, Any]) -> Row | None: ...
+
+    def execute(self, query: str, params: Mapping[str, Any]) -> int: ...
+
+
+class Dialect(Protocol):
+    def transaction(self) -> contextlib.AbstractContextManager[Session]:
+        """A write transaction that holds whatever lock makes read-then-write safe."""
+        ...
+
+    def reader(self) -> contextlib.AbstractContextManager[Session]: ...
+
+    def migrate(self) -> int: ...
+
+    def now(self) -> datetime: ...
+
+    def encode_time(self, value: datetime | None) -> Any: ...
+
+    def decode_time(self, value: Any) -> datetime | None: ...
+
+    def encode_json(self, value: Any) -> Any: ...
+
+    def decode_json(self, value: Any) -> Any: ...
+
+    def encode_names(self, names: Sequence[str]) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class SQLStore:
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+
+    # -- schema and clock ---------------------------------------------------------
+
+    def migrate(self) -> int:
+        return self.dialect.migrate()
+
+    def now(self) -> datetime:
+        return self.dialect.now()
+
+    def close(self) -> None:
+        self.dialect.close()
+
+    # -- scheduling ---------------------------------------------------------------
+
+    def insert_tasks(self, tasks: Sequence[NewTask]) -> list[Task]:
+        d = self.dialect
+        inserted: list[Task] = []
+        with d.transaction() as s:
+            now = d.encode_time(d.now())
+            for new in tasks:
+                params = {
+                    "name": new.name,
+                    "args": d.encode_json(new.args),
+                    "kwargs": d.encode_json(new.kwargs),
+                    "key": new.key,
+                    "kind": new.kind.value,
+                    "cron": new.cron,
+                    "timezone": new.timezone,
+                    "interval": new.interval,
+                    "scheduled_at": d.encode_time(new.scheduled_at),
+                    "next_run_at": d.encode_time(new.next_run_at),
+                    "misfire": new.misfire.value,
+                    "misfire_grace": new.misfire_grace,
+                    "jitter": new.jitter,
+                    "timeout": new.timeout,
+                    "max_retries": new.max_retries,
+                    "retry_backoff": new.retry_backoff,
+                    "priority": new.priority,
+                    "now": now,
+                }
+                row = s.fetch_one("insert_task", params)
+                if row is None:  # the idempotency key is held by a live task
+                    row = s.fetch_one("live_task_by_key", {"key": new.key})
+                    if row is None:
+                        raise RuntimeError(f"insert of key={new.key!r} conflicted but no live task holds it")
+                inserted.append(self._task(row))
+        return inserted
+
+    def next_due_at(self, names: Sequence[str]) -> datetime | None:
+        with self.dialect.reader() as s:
+            row = s.fetch_one("next_due_at", {"names": self.dialect.encode_names(names)})
+        return self.dialect.decode_time(row["next_run_at"]) if row else None
+
+    # -- claims and leases --------------------------------------------------------
+
+    def claim(self, node: str, names: Sequence[str], limit: int, lease: float) -> list[Claim]:
+        if limit <= 0 or not names:
+            return []
+        d = self.dialect
+        claims: list[Claim] = []
+        with d.transaction() as s:
+            now = d.now()
+            params = {
+                "now": d.encode_time(now),
+                "node": node,
+                "lease_until": d.encode_time(now + timedelta(seconds=lease)),
+            }
+            candidates = s.fetch_all(
+                "claim_candidates", {**params, "names": d.encode_names(names), "limit": limit}
+            )
+            for candidate in candidates:
+                row = s.fetch_one("claim_task", {**params, "id": candidate["id"], "version": candidate["version"]})
+                if row is None:
+                    continue  # another node's compare-and-set won
+                task = self._task(row)
+                scheduled_for = task.next_run_at if task.triggered else task.scheduled_at
+                execution = s.fetch_one(
+                    "insert_execution",
+                    {
+                        **params,
+                        "task_id": task.id,
+                        "attempt": task.attempt,
+                        "scheduled_for": d.encode_time(scheduled_for),
+                        "fence": task.version,
+                    },
+                )
+                assert execution is not None
+                claims.append(Claim(task, int(execution["id"]), scheduled_for))
+        return claims
+
+    def renew(self, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
+        if not runs:
+            return []
+        d = self.dialect
+        renewed: list[Renewal] = []
+        with d.transaction() as s:
+            until = d.encode_time(d.now() + timedelta(seconds=lease))
+            for task_id, fence in runs:
+                row = s.fetch_one(
+                    "renew_lease", {"id": task_id, "fence": fence, "node": node, "lease_until": until}
+                )
+                if row is not None:
+                    renewed.append(Renewal(task_id, bool(row["cancel_requested"])))
+        return renewed
+
+    def finish(self, node: str, outcomes: Sequence[Outcome]) -> list[bool]:
+        return self._settle(node, outcomes, reaping=False)
+
+    def reap(self, lease_owner: str, outcomes: Sequence[Outcome]) -> list[bool]:
+        return self._settle(lease_owner, outcomes, reaping=True)
+
+    def _settle(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool) -> list[bool]:
+        d = self.dialect
+        applied: list[bool] = []
+        with d.transaction() as s:
+            now = d.encode_time(d.now())
+            for o in outcomes:
+                params = {
+                    "now": now,
+                    "node": node,
+                    "expired_before": now if reaping else None,
+                    "task_id": o.task_id,
+                    "fence": o.fence,
+                    "execution_id": o.execution_id,
+                    "status": o.status.value,
+                    "task_status": o.task_status.value,
+                    "scheduled_at": d.encode_time(o.scheduled_at),
+                    "next_run_at": d.encode_time(o.next_run_at),
+                    "attempt": o.attempt,
+                    "triggered": o.triggered,
+                    "error_type": o.error.type if o.error else None,
+                    "error_message": o.error.message if o.error else None,
+                    "error_traceback": o.error.traceback if o.error else None,
+                    "result": None if o.result is None else d.encode_json(o.result),
+                    "note": o.note,
+                }
+                if s.fetch_one("settle_task", params) is None:
+                    log.warning(
+                        "stale result dropped: task %s fence %s node %s (lease lost)", o.task_id, o.fence, node
+                    )
+                    applied.append(False)
+                    continue
+                s.execute("finish_execution", params)
+                applied.append(True)
+        return applied
+
+    def release(self, node: str, claims: Sequence[Claim]) -> int:
+        if not claims:
+            return 0
+        d = self.dialect
+        released = 0
+        with d.transaction() as s:
+            now = d.encode_time(d.now())
+            for c in claims:
+                params = {"now": now, "node": node, "task_id": c.task.id, "fence": c.fence}
+                if s.fetch_one("release_task", params) is not None:
+                    s.execute("delete_execution", {"execution_id": c.execution_id})
+                    released += 1
+        return released
+
+    def expired(self, limit: int) -> list[Claim]:
+        d = self.dialect
+        with d.reader() as s:
+            rows = s.fetch_all("expired_runs", {"now": d.encode_time(d.now()), "limit": limit})
+        return [
+            Claim(self._task(r), int(r["execution_id"]), self._time(r["execution_scheduled_for"]))
+            for r in rows
+        ]
+
+    # -- reading and managing tasks -----------------------------------------------
+
+    def get_task(self, task_id: int) -> Task | None:
+        with self.dialect.reader() as s:
+            row = s.fetch_one("get_task", {"id": task_id})
+        return self._task(row) if row else None
+
+    def list_tasks(
+        self, *, status: Status | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Task]:
+        params = {"status": status.value if status else None, "name": name, "limit": limit, "offset": offset}
+        with self.dialect.reader() as s:
+            return [self._task(r) for r in s.fetch_all("list_tasks", params)]
+
+    def list_executions(
+        self, *, task_id: int | None = None, status: ExecutionStatus | None = None, limit: int = 100
+    ) -> list[Execution]:
+        params = {"task_id": task_id, "status": status.value if status else None, "limit": limit}
+        with self.dialect.reader() as s:
+            return [self._execution(r) for r in s.fetch_all("list_executions", params)]
+
+    def cancel(self, task_id: int) -> Task | None:
+        return self._change("cancel_task", task_id)
+
+    def pause(self, task_id: int) -> Task | None:
+        return self._change("pause_task", task_id)
+
+    def resume(self, task_id: int) -> Task | None:
+        return self._change("resume_task", task_id)
+
+    def trigger(self, task_id: int) -> Task | None:
+        return self._change("trigger_task", task_id)
+
+    def _change(self, query: str, task_id: int) -> Task | None:
+        """Apply a guarded state change; if its guard fails return the task as it is."""
+        d = self.dialect
+        with d.transaction() as s:
+            row = s.fetch_one(query, {"id": task_id, "now": d.encode_time(d.now())})
+            if row is None:
+                row = s.fetch_one("get_task", {"id": task_id})
+        return self._task(row) if row else None
+
+    # -- nodes ----------------------------------------------------------------------
+
+    def register_node(self, node: Node) -> None:
+        d = self.dialect
+        with d.transaction() as s:
+            s.execute(
+                "upsert_node",
+                {
+                    "id": node.id,
+                    "host": node.host,
+                    "pid": node.pid,
+                    "started_at": d.encode_time(node.started_at),
+                    "now": d.encode_time(d.now()),
+                    "capacity": node.capacity,
+                    "running": node.running,
+                },
+            )
+
+    def node_heartbeat(self, node_id: str, running: int) -> None:
+        d = self.dialect
+        with d.transaction() as s:
+            s.execute("node_heartbeat", {"id": node_id, "running": running, "now": d.encode_time(d.now())})
+
+    def remove_node(self, node_id: str) -> None:
+        with self.dialect.transaction() as s:
+            s.execute("delete_node", {"id": node_id})
+
+    def list_nodes(self) -> list[Node]:
+        with self.dialect.reader() as s:
+            rows = s.fetch_all("list_nodes", {})
+        return [
+            Node(
+                id=r["id"],
+                host=r["host"],
+                pid=int(r["pid"]),
+                started_at=self._time(r["started_at"]),
+                heartbeat_at=self._time(r["heartbeat_at"]),
+                capacity=int(r["capacity"]),
+                running=int(r["running"]),
+            )
+            for r in rows
+        ]
+
+    # -- row decoding -----------------------------------------------------------------
+
+    def _time(self, value: Any) -> datetime:
+        decoded = self.dialect.decode_time(value)
+        if decoded is None:
+            raise ValueError("unexpected NULL time")
+        return decoded
+
+    def _task(self, r: Row) -> Task:
+        d = self.dialect
+        return Task(
+            id=int(r["id"]),
+            name=r["name"],
+            args=d.decode_json(r["args"]),
+            kwargs=d.decode_json(r["kwargs"]),
+            key=r["key"],
+            kind=Kind(r["kind"]),
+            cron=r["cron"],
+            timezone=r["timezone"],
+            interval=r["interval_seconds"],
+            scheduled_at=self._time(r["scheduled_at"]),
+            next_run_at=self._time(r["next_run_at"]),
+            status=Status(r["status"]),
+            misfire=Misfire(r["misfire"]),
+            misfire_grace=float(r["misfire_grace"]),
+            jitter=float(r["jitter"]),
+            timeout=r["timeout"],
+            max_retries=int(r["max_retries"]),
+            retry_backoff=float(r["retry_backoff"]),
+            priority=int(r["priority"]),
+            version=int(r["version"]),
+            lease_owner=r["lease_owner"],
+            lease_expires_at=d.decode_time(r["lease_expires_at"]),
+            cancel_requested=bool(r["cancel_requested"]),
+            triggered=bool(r["triggered"]),
+            attempt=int(r["attempt"]),
+            run_count=int(r["run_count"]),
+            last_status=ExecutionStatus(r["last_status"]) if r["last_status"] else None,
+            created_at=self._time(r["created_at"]),
+            updated_at=self._time(r["updated_at"]),
+        )
+
+    def _execution(self, r: Row) -> Execution:
+        d = self.dialect
+        error = None
+        if r["error_type"] is not None:
+            error = ErrorInfo(r["error_type"], r["error_message"] or "", r["error_traceback"] or "")
+        return Execution(
+            id=int(r["id"]),
+            task_id=int(r["task_id"]),
+            attempt=int(r["attempt"]),
+            scheduled_for=self._time(r["scheduled_for"]),
+            started_at=d.decode_time(r["started_at"]),
+            finished_at=d.decode_time(r["finished_at"]),
+            status=ExecutionStatus(r["status"]),
+            node=r["node"],
+            fence=r["fence"],
+            error=error,
+            result=None if r["result"] is None else d.decode_json(r["result"]),
+            note=r["note"],
+        )
+
+
+def dumps(value: Any) -> str:
+    """Compact, deterministic JSON: what is stored is what was validated."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
+def iter_statements(script: str) -> Iterator[str]:
+    """Split a migration script into statements on ``;`` at line ends."""
+    current: list[str] = []
+    for line in script.splitlines():
+        current.append(line)
+        if line.rstrip().endswith(";"):
+            statement = "\n".join(current).strip()
+            current = []
+            if statement and not all(x.strip().startswith("--") or not x.strip() for x in statement.splitlines()):
+                yield statement
+    tail = "\n".join(current).strip()
+    if tail and not all(x.strip().startswith("--") or not x.strip() for x in tail.splitlines()):
+        yield tail

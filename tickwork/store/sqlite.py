@@ -1,0 +1,161 @@
+"""The embedded SQLite dialect: one file, WAL, one connection per thread.
+
+Every read-then-write runs in ``BEGIN IMMEDIATE`` so the write lock is taken before
+the read: two processes can never both read the same PENDING row and both claim it.
+The store's clock is the host clock (every process sharing the file is on this host).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tickwork.errors import StoreError
+from tickwork.schedules import utcnow
+from tickwork.store import queries
+from tickwork.store.sql import Row, dumps, iter_statements
+
+BUSY_TIMEOUT_S = 30.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
+
+
+def path_from_url(url: str) -> str:
+    """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``sqlite:///:memory:``."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        raise StoreError(f"url={url!r}: expected sqlite:///PATH")
+    path = url[len(prefix) :]
+    if not path:
+        raise StoreError(f"url={url!r}: missing database path")
+    return path
+
+
+class _Session:
+    def __init__(self, conn: sqlite3.Connection, texts: Mapping[str, str]) -> None:
+        self._conn = conn
+        self._texts = texts
+
+    def fetch_all(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        return self._conn.execute(self._texts[query], params).fetchall()
+
+    def fetch_one(self, query: str, params: Mapping[str, Any]) -> Row | None:
+        rows = self._conn.execute(self._texts[query], params).fetchall()
+        return rows[0] if rows else None
+
+    def execute(self, query: str, params: Mapping[str, Any]) -> int:
+        return self._conn.execute(self._texts[query], params).rowcount
+
+
+class SQLiteDialect:
+    def __init__(self, path: str, clock: Callable[[], datetime] = utcnow) -> None:
+        if path == ":memory:":
+            raise StoreError("url='sqlite:///:memory:': workers and clients need a shared file")
+        self.path = path
+        self.clock = clock
+        self.texts = queries.load("queries.sql", "sqlite.sql")
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            parent = Path(self.path).parent
+            if not parent.exists():
+                raise StoreError(f"url='sqlite:///{self.path}': directory {str(parent)!r} does not exist")
+            conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Session]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield _Session(conn, self.texts)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[_Session]:
+        yield _Session(self._conn(), self.texts)
+
+    def migrate(self) -> int:
+        migrations = sorted(
+            (int(m.group(1)), entry.name)
+            for entry in resources.files("tickwork.store").joinpath("migrations/sqlite").iterdir()
+            if (m := _MIGRATION.match(entry.name))
+        )
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS tickwork_schema (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT MAX(version) FROM tickwork_schema").fetchone()
+            current = row[0] or 0
+            latest = migrations[-1][0] if migrations else 0
+            if current > latest:
+                raise StoreError(
+                    f"schema version {current} is newer than this tickwork knows ({latest}): upgrade tickwork"
+                )
+            for number, name in migrations:
+                if number <= current:
+                    continue
+                script = resources.files("tickwork.store").joinpath(f"migrations/sqlite/{name}").read_text("utf-8")
+                for statement in iter_statements(script):
+                    conn.execute(statement)
+                conn.execute("INSERT INTO tickwork_schema (version) VALUES (?)", (number,))
+                current = number
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return current
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def encode_time(self, value: datetime | None) -> int | None:
+        if value is None:
+            return None
+        return (value - _EPOCH) // timedelta(microseconds=1)
+
+    def decode_time(self, value: Any) -> datetime | None:
+        if value is None:
+            return None
+        return _EPOCH + timedelta(microseconds=int(value))
+
+    def encode_json(self, value: Any) -> str:
+        return dumps(value)
+
+    def decode_json(self, value: Any) -> Any:
+        return json.loads(value)
+
+    def encode_names(self, names: Sequence[str]) -> str:
+        return json.dumps(list(names))
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()

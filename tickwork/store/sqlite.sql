@@ -1,0 +1,2 @@
+-- SQLite overrides of queries.sql, by name. None are needed yet: the portable
+-- queries use SQLite's json_each for name lists and 0/1 for booleans.
