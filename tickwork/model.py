@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """Task status. RECURRING tasks never reach COMPLETED."""
 
     PENDING = "PENDING"
@@ -22,9 +22,6 @@ class Status(str, enum.Enum):
     CANCELLED = "CANCELLED"
     PAUSED = "PAUSED"
 
-    def __str__(self) -> str:
-        return self.value
-
     @property
     def is_terminal(self) -> bool:
         return self in TERMINAL_STATUSES
@@ -33,7 +30,7 @@ class Status(str, enum.Enum):
 TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
 
 
-class ExecutionStatus(str, enum.Enum):
+class ExecutionStatus(enum.StrEnum):
     """Outcome of one run (one row of the execution log)."""
 
     RUNNING = "RUNNING"
@@ -43,27 +40,18 @@ class ExecutionStatus(str, enum.Enum):
     TIMED_OUT = "TIMED_OUT"
     SKIPPED = "SKIPPED"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Kind(str, enum.Enum):
+class Kind(enum.StrEnum):
     ONE_TIME = "ONE_TIME"
     RECURRING = "RECURRING"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Misfire(str, enum.Enum):
+class Misfire(enum.StrEnum):
     """What to do with slots that were missed by more than ``misfire_grace``."""
 
     SKIP = "SKIP"
     SINGLE_CATCHUP = "SINGLE_CATCHUP"
     CATCHUP = "CATCHUP"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -13,13 +13,14 @@ import hashlib
 import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from tickwork.errors import InvalidCron, InvalidInput, InvalidTimezone
-from tickwork.model import ExecutionStatus, Kind, Status, Task
+from tickwork.model import ErrorInfo, ExecutionStatus, Kind, Status, Task
+from tickwork.store.base import Claim, Outcome
 
 MAX_RETRY_DELAY = 300.0
 """Cap of the exponential retry backoff, in seconds (DESIGN.md §2)."""
@@ -39,10 +40,6 @@ CRON_MACROS = {
 # hour, that match can lie before the start in UTC. We step past such results; a handful
 # of steps always suffices, the bound only guards against an unforeseen library change.
 _MAX_STEPS_PAST_START = 8
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def require_aware(field: str, value: datetime) -> datetime:
@@ -88,9 +85,7 @@ class CronSchedule:
         zone = parse_timezone(self.timezone)
         expr = self.normalized
         if len(expr.split()) != 5:
-            raise InvalidCron(
-                "cron", self.expression, "expected 5 fields (minute hour day month weekday)"
-            )
+            raise InvalidCron("cron", self.expression, "expected 5 fields (minute hour day month weekday)")
         try:
             probe = CronSim(expr, datetime(2000, 1, 1, tzinfo=zone))
             next(probe)
@@ -195,9 +190,7 @@ def jitter_offset(task_id: int, slot: datetime, jitter: float) -> timedelta:
     """
     if jitter <= 0:
         return timedelta(0)
-    digest = hashlib.blake2b(
-        f"{task_id}:{slot.astimezone(UTC).isoformat()}".encode(), digest_size=8
-    ).digest()
+    digest = hashlib.blake2b(f"{task_id}:{slot.astimezone(UTC).isoformat()}".encode(), digest_size=8).digest()
     fraction = int.from_bytes(digest, "big") / 2.0**64
     return timedelta(seconds=fraction * jitter)
 
@@ -210,7 +203,7 @@ class Settlement:
     scheduled_at: datetime
     next_run_at: datetime
     attempt: int
-    last_status: ExecutionStatus
+    triggered: bool
 
 
 def settle(task: Task, outcome: ExecutionStatus, now: datetime) -> Settlement:
@@ -222,21 +215,45 @@ def settle(task: Task, outcome: ExecutionStatus, now: datetime) -> Settlement:
     to its next slot whatever happened, a ONE_TIME task ends.
     """
     if task.cancel_requested or outcome is ExecutionStatus.CANCELLED:
-        return Settlement(Status.CANCELLED, task.scheduled_at, task.next_run_at, task.attempt, outcome)
+        return Settlement(Status.CANCELLED, task.scheduled_at, task.next_run_at, task.attempt, task.triggered)
     failed = outcome in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT)
     if failed and task.attempt <= task.max_retries:
         delay = timedelta(seconds=retry_delay(task.attempt, task.retry_backoff))
-        return Settlement(Status.PENDING, task.scheduled_at, now + delay, task.attempt, outcome)
+        return Settlement(Status.PENDING, task.scheduled_at, now + delay, task.attempt, task.triggered)
     if task.kind is Kind.ONE_TIME:
         final = Status.FAILED if failed else Status.COMPLETED
-        return Settlement(final, task.scheduled_at, task.next_run_at, task.attempt, outcome)
-    if task.triggered:
-        # A manual run does not consume the nominal slot it was triggered ahead of.
-        slot = task.scheduled_at
-    else:
-        slot = next_slot(task, now)
+        return Settlement(final, task.scheduled_at, task.next_run_at, task.attempt, False)
+    # A manual (triggered) run does not consume the nominal slot it was run ahead of.
+    slot = task.scheduled_at if task.triggered else next_slot(task, now)
     next_run = slot + jitter_offset(task.id, slot, task.jitter)
-    return Settlement(Status.PENDING, slot, next_run, 0, outcome)
+    return Settlement(Status.PENDING, slot, next_run, 0, False)
+
+
+def outcome_of(
+    claim: Claim,
+    status: ExecutionStatus,
+    now: datetime,
+    *,
+    error: ErrorInfo | None = None,
+    result: Any = None,
+    note: str | None = None,
+) -> Outcome:
+    """The fenced write that records an ended run and applies ``settle``'s decision."""
+    s = settle(claim.task, status, now)
+    return Outcome(
+        task_id=claim.task.id,
+        fence=claim.fence,
+        execution_id=claim.execution_id,
+        status=status,
+        task_status=s.status,
+        scheduled_at=s.scheduled_at,
+        next_run_at=s.next_run_at,
+        attempt=s.attempt,
+        triggered=s.triggered,
+        error=error,
+        result=result,
+        note=note,
+    )
 
 
 def next_slot(task: Task, now: datetime) -> datetime:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from tickwork.clock import utcnow
 from tickwork.errors import StoreError
-from tickwork.schedules import utcnow
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Store
 from tickwork.store.sql import SQLStore
 

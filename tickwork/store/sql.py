@@ -125,9 +125,7 @@ class SQLStore:
                 "node": node,
                 "lease_until": d.encode_time(now + timedelta(seconds=lease)),
             }
-            candidates = s.fetch_all(
-                "claim_candidates", {**params, "names": d.encode_names(names), "limit": limit}
-            )
+            candidates = s.fetch_all("claim_candidates", {**params, "names": d.encode_names(names), "limit": limit})
             for candidate in candidates:
                 row = s.fetch_one("claim_task", {**params, "id": candidate["id"], "version": candidate["version"]})
                 if row is None:
@@ -156,9 +154,7 @@ class SQLStore:
         with d.transaction() as s:
             until = d.encode_time(d.now() + timedelta(seconds=lease))
             for task_id, fence in runs:
-                row = s.fetch_one(
-                    "renew_lease", {"id": task_id, "fence": fence, "node": node, "lease_until": until}
-                )
+                row = s.fetch_one("renew_lease", {"id": task_id, "fence": fence, "node": node, "lease_until": until})
                 if row is not None:
                     renewed.append(Renewal(task_id, bool(row["cancel_requested"])))
         return renewed
@@ -195,9 +191,7 @@ class SQLStore:
                     "note": o.note,
                 }
                 if s.fetch_one("settle_task", params) is None:
-                    log.warning(
-                        "stale result dropped: task %s fence %s node %s (lease lost)", o.task_id, o.fence, node
-                    )
+                    log.warning("stale result dropped: task %s fence %s node %s (lease lost)", o.task_id, o.fence, node)
                     applied.append(False)
                     continue
                 s.execute("finish_execution", params)
@@ -222,10 +216,7 @@ class SQLStore:
         d = self.dialect
         with d.reader() as s:
             rows = s.fetch_all("expired_runs", {"now": d.encode_time(d.now()), "limit": limit})
-        return [
-            Claim(self._task(r), int(r["execution_id"]), self._time(r["execution_scheduled_for"]))
-            for r in rows
-        ]
+        return [Claim(self._task(r), int(r["execution_id"]), self._time(r["execution_scheduled_for"])) for r in rows]
 
     # -- reading and managing tasks -----------------------------------------------
 

@@ -18,8 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tickwork.clock import utcnow
 from tickwork.errors import StoreError
-from tickwork.schedules import utcnow
 from tickwork.store import queries
 from tickwork.store.sql import Row, dumps, iter_statements
 
@@ -72,9 +72,7 @@ class SQLiteDialect:
             parent = Path(self.path).parent
             if not parent.exists():
                 raise StoreError(f"url='sqlite:///{self.path}': directory {str(parent)!r} does not exist")
-            conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")

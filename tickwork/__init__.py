@@ -1,0 +1,40 @@
+"""tickwork: a persistent, distributed task scheduler."""
+
+from tickwork.app import App
+from tickwork.context import Context
+from tickwork.errors import (
+    Cancelled,
+    InvalidCron,
+    InvalidInput,
+    InvalidState,
+    InvalidTimezone,
+    PayloadTooLarge,
+    StoreError,
+    TaskNotFound,
+    TickworkError,
+    UnknownTask,
+)
+from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
+
+__all__ = [
+    "App",
+    "Cancelled",
+    "Context",
+    "ErrorInfo",
+    "Execution",
+    "ExecutionStatus",
+    "InvalidCron",
+    "InvalidInput",
+    "InvalidState",
+    "InvalidTimezone",
+    "Kind",
+    "Misfire",
+    "Node",
+    "PayloadTooLarge",
+    "Status",
+    "StoreError",
+    "Task",
+    "TaskNotFound",
+    "TickworkError",
+    "UnknownTask",
+]

@@ -1,0 +1,452 @@
+"""The App: the registry of task functions and the client API over a store.
+
+Every input is validated here, before the store is touched, so a rejected call names
+the field and value and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, overload
+
+from tickwork.clock import Clock, utcnow
+from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
+from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
+from tickwork.registry import Registry, TaskDef, TaskOptions
+from tickwork.schedules import CronSchedule, IntervalSchedule, jitter_offset, parse_timezone, require_aware
+from tickwork.store import NewTask, Store, open_store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_URL = "sqlite:///tickwork.db"
+DEFAULT_MAX_PAYLOAD = 64 * 1024
+
+
+class App:
+    """Register tasks with ``@app.task``, schedule them, run nodes with ``run_worker``."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        lease: float = 30.0,
+        heartbeat: float = 10.0,
+        poll_interval: float = 1.0,
+        misfire_grace: float = 60.0,
+        shutdown_grace: float = 30.0,
+        claim: str = "optimistic",
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        clock: Clock = utcnow,
+    ) -> None:
+        self.url = url or os.environ.get("TICKWORK_DB") or DEFAULT_URL
+        self.lease = _positive("lease", lease)
+        self.heartbeat = _positive("heartbeat", heartbeat)
+        if self.heartbeat >= self.lease:
+            raise InvalidInput("heartbeat", heartbeat, f"must be shorter than the lease ({lease} s)")
+        self.poll_interval = _positive("poll_interval", poll_interval)
+        self.misfire_grace = _non_negative("misfire_grace", misfire_grace)
+        self.shutdown_grace = _non_negative("shutdown_grace", shutdown_grace)
+        if claim != "optimistic":
+            raise InvalidInput("claim", claim, "the SQLite store supports only 'optimistic'")
+        self.claim_strategy = claim
+        if not isinstance(max_payload, int) or max_payload <= 0:
+            raise InvalidInput("max_payload", max_payload, "must be a positive number of bytes")
+        self.max_payload = max_payload
+        self.clock = clock
+        self.registry = Registry()
+        self.wakeup = threading.Event()
+        """Set when this process schedules or triggers something, to wake a local node."""
+        self._store: Store | None = None
+        self._store_lock = threading.Lock()
+
+    # -- store --------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The store, opened and migrated to the latest schema on first use."""
+        with self._store_lock:
+            if self._store is None:
+                store = open_store(self.url, clock=self.clock)
+                store.migrate()
+                self._store = store
+            return self._store
+
+    def close(self) -> None:
+        with self._store_lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    # -- registration ---------------------------------------------------------------------
+
+    @overload
+    def task(self, func: F, /) -> F: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        timeout: float | None = None,
+        max_retries: int = 0,
+        retry_backoff: float = 1.0,
+        misfire: Misfire | str | None = None,
+        misfire_grace: float | None = None,
+        jitter: float = 0.0,
+        priority: int = 0,
+    ) -> Callable[[F], F]: ...
+
+    def task(  # type: ignore[misc]  # mypy 2.4 rejects this valid overload pair
+        self,
+        func: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        timeout: float | None = None,
+        max_retries: int = 0,
+        retry_backoff: float = 1.0,
+        misfire: Misfire | str | None = None,
+        misfire_grace: float | None = None,
+        jitter: float = 0.0,
+        priority: int = 0,
+    ) -> Any:
+        """Register a function as a task; it stays a plain callable.
+
+        The default name is ``module.qualname``; give ``name=`` when the module path may
+        change, since stored tasks refer to it.
+        """
+        options = TaskOptions(
+            timeout=_optional_positive("timeout", timeout),
+            max_retries=_retries(max_retries),
+            retry_backoff=_positive("retry_backoff", retry_backoff),
+            misfire=_misfire(misfire),
+            misfire_grace=None if misfire_grace is None else _non_negative("misfire_grace", misfire_grace),
+            jitter=_non_negative("jitter", jitter),
+            priority=_integer("priority", priority),
+        )
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            if not callable(f):
+                raise InvalidInput("func", f, "a task must be a function")
+            task_name = name or f"{f.__module__}.{f.__qualname__}"
+            if not task_name or not isinstance(task_name, str):
+                raise InvalidInput("name", task_name, "must be a non-empty string")
+            self.registry.add(task_name, f, options)
+            return f
+
+        return register(func) if func is not None else register
+
+    # -- scheduling -------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        task: str | Callable[..., Any],
+        *,
+        args: Iterable[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+        cron: str | None = None,
+        timezone: str = "UTC",
+        every: float | timedelta | None = None,
+        key: str | None = None,
+        misfire: Misfire | str | None = None,
+        misfire_grace: float | None = None,
+        jitter: float | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        retry_backoff: float | None = None,
+        priority: int | None = None,
+    ) -> Task:
+        """Schedule ``task`` once (now, after ``delay``, ``at`` a time) or recurring
+        (``cron`` in ``timezone``, or ``every``). Returns the stored task; with ``key``,
+        the live task already holding that key if there is one."""
+        new = self._new_task(
+            task, args=args, kwargs=kwargs, delay=delay, at=at, cron=cron, timezone=timezone, every=every,
+            key=key, misfire=misfire, misfire_grace=misfire_grace, jitter=jitter, timeout=timeout,
+            max_retries=max_retries, retry_backoff=retry_backoff, priority=priority,
+        )  # fmt: skip
+        [stored] = self.store.insert_tasks([new])
+        self.wakeup.set()
+        return stored
+
+    def schedule_many(self, items: Iterable[Mapping[str, Any]]) -> list[Task]:
+        """Schedule many tasks in one transaction: all are validated before any is stored.
+
+        Each item holds ``task`` (name or function) and ``schedule()``'s keyword arguments.
+        """
+        news: list[NewTask] = []
+        for index, item in enumerate(items):
+            fields = dict(item)
+            if "task" not in fields:
+                raise InvalidInput(f"items[{index}].task", None, "missing")
+            task = fields.pop("task")
+            try:
+                news.append(self._new_task(task, **fields))
+            except TypeError as exc:
+                raise InvalidInput(f"items[{index}]", sorted(fields), str(exc)) from exc
+        stored = self.store.insert_tasks(news) if news else []
+        self.wakeup.set()
+        return stored
+
+    def _new_task(
+        self,
+        task: str | Callable[..., Any],
+        *,
+        args: Iterable[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+        cron: str | None = None,
+        timezone: str = "UTC",
+        every: float | timedelta | None = None,
+        key: str | None = None,
+        misfire: Misfire | str | None = None,
+        misfire_grace: float | None = None,
+        jitter: float | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        retry_backoff: float | None = None,
+        priority: int | None = None,
+    ) -> NewTask:
+        definition = self.registry.resolve(task)
+        args_list, kwargs_dict = self._payload(args, kwargs)
+        given = [n for n, v in (("delay", delay), ("at", at), ("cron", cron), ("every", every)) if v is not None]
+        if "cron" in given and len(given) > 1:
+            raise InvalidInput(given[1] if given[0] == "cron" else given[0], "...", "cannot be combined with cron")
+        if "delay" in given and "at" in given:
+            raise InvalidInput("at", at, "give either delay or at, not both")
+        parse_timezone(timezone)
+        if timezone != "UTC" and cron is None:
+            raise InvalidInput("timezone", timezone, "only applies to cron schedules")
+        now = self.store.now()
+        start = now
+        if delay is not None:
+            start = now + timedelta(seconds=_seconds("delay", delay, allow_zero=True))
+        if at is not None:
+            if not isinstance(at, datetime):
+                raise InvalidInput("at", at, "must be a datetime")
+            start = require_aware("at", at)
+        interval: float | None = None
+        if cron is not None:
+            if not isinstance(cron, str):
+                raise InvalidInput("cron", cron, "must be a string")
+            kind = Kind.RECURRING
+            scheduled_at = CronSchedule(cron, timezone).next_after(start - timedelta(microseconds=1))
+        elif every is not None:
+            interval = _seconds("every", every, allow_zero=False)
+            IntervalSchedule(interval)
+            kind = Kind.RECURRING
+            # The first slot is one interval from now, unless a start was given.
+            scheduled_at = start if (at is not None or delay is not None) else now + timedelta(seconds=interval)
+        else:
+            kind = Kind.ONE_TIME
+            scheduled_at = start
+        options = definition.options
+        default_misfire = Misfire.SINGLE_CATCHUP if kind is Kind.RECURRING else Misfire.CATCHUP
+        jitter_s = options.jitter if jitter is None else _non_negative("jitter", jitter)
+        if key is not None and (not isinstance(key, str) or not key):
+            raise InvalidInput("key", key, "must be a non-empty string")
+        return NewTask(
+            name=definition.name,
+            args=args_list,
+            kwargs=kwargs_dict,
+            kind=kind,
+            scheduled_at=scheduled_at,
+            # The task id is not known yet: first-slot jitter hashes the key or name instead.
+            next_run_at=scheduled_at + jitter_offset(hash_seed(key, definition.name), scheduled_at, jitter_s),
+            key=key,
+            cron=cron.strip() if cron is not None else None,
+            timezone=timezone,
+            interval=interval,
+            misfire=_misfire(misfire) or options.misfire or default_misfire,
+            misfire_grace=(
+                _non_negative("misfire_grace", misfire_grace)
+                if misfire_grace is not None
+                else options.misfire_grace
+                if options.misfire_grace is not None
+                else self.misfire_grace
+            ),
+            jitter=jitter_s,
+            timeout=options.timeout if timeout is None else _optional_positive("timeout", timeout),
+            max_retries=options.max_retries if max_retries is None else _retries(max_retries),
+            retry_backoff=options.retry_backoff if retry_backoff is None else _positive("retry_backoff", retry_backoff),
+            priority=options.priority if priority is None else _integer("priority", priority),
+        )
+
+    def _payload(
+        self, args: Iterable[Any] | None, kwargs: Mapping[str, Any] | None
+    ) -> tuple[list[Any], dict[str, Any]]:
+        if args is not None and (isinstance(args, (str, bytes, Mapping)) or not isinstance(args, Iterable)):
+            raise InvalidInput("args", args, "must be a list of JSON values")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise InvalidInput("kwargs", kwargs, "must be a mapping of names to JSON values")
+        args_list = list(args or [])
+        kwargs_dict = dict(kwargs or {})
+        for field, value in (("args", args_list), ("kwargs", kwargs_dict)):
+            try:
+                encoded = json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInput(field, _short(value), f"not JSON-serializable: {exc}") from exc
+            if field == "kwargs" and json.loads(encoded) != value:
+                raise InvalidInput(field, _short(value), "keys must be strings")
+        size = len(json.dumps([args_list, kwargs_dict]).encode())
+        if size > self.max_payload:
+            raise PayloadTooLarge("kwargs", f"<{size} bytes>", f"payload exceeds max_payload={self.max_payload} bytes")
+        return args_list, kwargs_dict
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def get(self, task_id: int) -> Task:
+        task = self.store.get_task(task_id)
+        if task is None:
+            raise TaskNotFound(task_id)
+        return task
+
+    def tasks(
+        self, *, status: Status | str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Task]:
+        return self.store.list_tasks(
+            status=_enum(Status, "status", status), name=name, limit=_limit(limit), offset=max(0, offset)
+        )
+
+    def executions(
+        self, task_id: int | None = None, *, status: ExecutionStatus | str | None = None, limit: int = 100
+    ) -> list[Execution]:
+        """Executions (of one task, if given), newest first."""
+        if task_id is not None:
+            self.get(task_id)
+        return self.store.list_executions(
+            task_id=task_id, status=_enum(ExecutionStatus, "status", status), limit=_limit(limit)
+        )
+
+    def nodes(self) -> list[Node]:
+        return self.store.list_nodes()
+
+    # -- managing ---------------------------------------------------------------------------------
+
+    def cancel(self, task_id: int) -> Task:
+        """Cancel a task. A waiting task is CANCELLED now; a running one is asked to stop
+        (``ctx.cancelled``) and ends CANCELLED when its run ends."""
+        task = self._require(self.store.cancel(task_id), task_id)
+        if task.status in (Status.COMPLETED, Status.FAILED):
+            raise InvalidState(task_id, task.status.value, "cancel")
+        return task
+
+    def pause(self, task_id: int) -> Task:
+        task = self._require(self.store.pause(task_id), task_id)
+        if task.status is not Status.PAUSED:
+            raise InvalidState(task_id, task.status.value, "pause")
+        return task
+
+    def resume(self, task_id: int) -> Task:
+        task = self._require(self.store.resume(task_id), task_id)
+        if task.status is not Status.PENDING:
+            raise InvalidState(task_id, task.status.value, "resume")
+        self.wakeup.set()
+        return task
+
+    def trigger(self, task_id: int) -> Task:
+        """Run a PENDING task now. A recurring task keeps its schedule: the extra run
+        does not consume its next slot."""
+        before = self.get(task_id)
+        if before.status is not Status.PENDING:
+            raise InvalidState(task_id, before.status.value, "trigger")
+        task = self._require(self.store.trigger(task_id), task_id)
+        if task.version == before.version:  # the guard failed: the task moved on meanwhile
+            raise InvalidState(task_id, task.status.value, "trigger")
+        self.wakeup.set()
+        return task
+
+    @staticmethod
+    def _require(task: Task | None, task_id: int) -> Task:
+        if task is None:
+            raise TaskNotFound(task_id)
+        return task
+
+    # -- running ------------------------------------------------------------------------------------
+
+    def run_worker(self, concurrency: int = 8, *, install_signals: bool = True) -> None:
+        """Run a node in this thread until SIGINT/SIGTERM (or ``Worker.stop``)."""
+        from tickwork.worker import Worker
+
+        Worker(self, concurrency=concurrency).run(install_signals=install_signals)
+
+    def definition(self, name: str) -> TaskDef | None:
+        return self.registry.get(name)
+
+
+def hash_seed(key: str | None, name: str) -> int:
+    """A stable integer for first-slot jitter, before the task has an id."""
+    return zlib.crc32((key or name).encode())
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _seconds(field: str, value: float | timedelta, *, allow_zero: bool) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        raise InvalidInput(field, value, "must be a number of seconds or a timedelta")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise InvalidInput(field, value, "must be positive" if not allow_zero else "must not be negative")
+    return float(seconds)
+
+
+def _positive(field: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InvalidInput(field, value, "must be a positive number")
+    return float(value)
+
+
+def _non_negative(field: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InvalidInput(field, value, "must be a number >= 0")
+    return float(value)
+
+
+def _optional_positive(field: str, value: float | None) -> float | None:
+    return None if value is None else _positive(field, value)
+
+
+def _integer(field: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(field, value, "must be an integer")
+    return value
+
+
+def _retries(value: int) -> int:
+    if _integer("max_retries", value) < 0:
+        raise InvalidInput("max_retries", value, "must be >= 0")
+    return value
+
+
+def _misfire(value: Misfire | str | None) -> Misfire | None:
+    return _enum(Misfire, "misfire", value)
+
+
+E = TypeVar("E", Status, ExecutionStatus, Misfire)
+
+
+def _enum(kind: type[E], field: str, value: E | str | None) -> E | None:
+    if value is None:
+        return None
+    try:
+        return kind(value.upper() if isinstance(value, str) else value)
+    except ValueError as exc:
+        choices = ", ".join(m.value for m in kind)
+        raise InvalidInput(field, value, f"must be one of {choices}") from exc
+
+
+def _limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidInput("limit", limit, "must be an integer from 1 to 10000")
+    return limit

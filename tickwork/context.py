@@ -1,0 +1,67 @@
+"""What a running task sees of its run: identity, slot, fence and cancellation."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+from tickwork.errors import Cancelled
+
+
+class Context:
+    """Passed as the first argument to every task function.
+
+    ``fence`` is the task version this run was claimed under: pass it along with any
+    external write the task makes so that a run whose lease was taken over cannot
+    overwrite newer data (compare it, like the store does, before writing).
+    """
+
+    def __init__(
+        self,
+        *,
+        task_id: int,
+        task_name: str,
+        execution_id: int,
+        attempt: int,
+        scheduled_for: datetime,
+        fence: int,
+        cancel_event: threading.Event,
+        renew: Callable[[], bool],
+    ) -> None:
+        self.task_id = task_id
+        self.task_name = task_name
+        self.execution_id = execution_id
+        self.attempt = attempt
+        self.scheduled_for = scheduled_for
+        self.fence = fence
+        self._cancel_event = cancel_event
+        self._renew = renew
+        self.logger = logging.LoggerAdapter(
+            logging.getLogger(f"tickwork.task.{task_name}"),
+            {"task_id": task_id, "execution_id": execution_id, "attempt": attempt},
+        )
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run was asked to stop (cancel, timeout, lost lease, shutdown)."""
+        return self._cancel_event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._cancel_event.is_set():
+            raise Cancelled(f"task {self.task_id} execution {self.execution_id} was cancelled")
+
+    def heartbeat(self) -> bool:
+        """Renew this run's lease now (long steps between node heartbeats).
+
+        Returns False when the lease was lost: the run should stop, its result will be
+        dropped as stale.
+        """
+        return self._renew()
+
+    def __repr__(self) -> str:
+        return (
+            f"Context(task_id={self.task_id}, execution_id={self.execution_id}, attempt={self.attempt}, "
+            f"scheduled_for={self.scheduled_for.isoformat()}, fence={self.fence})"
+        )

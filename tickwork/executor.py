@@ -1,0 +1,189 @@
+"""Runs one claimed task: a thread for plain functions, an event loop for coroutines.
+
+Cancellation is one mechanism with several causes (a user's cancel, a timeout, a lost
+lease, shutdown): ``Run.request_cancel`` records the first cause, sets the context's
+flag for cooperative thread tasks and cancels the asyncio task of async ones. The
+outcome is then derived from the cause, so a function that returns normally after
+seeing ``ctx.cancelled`` still ends CANCELLED (or TIMED_OUT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import enum
+import json
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Coroutine
+from typing import Any
+
+from tickwork.context import Context
+from tickwork.errors import Cancelled
+from tickwork.model import ErrorInfo, ExecutionStatus
+from tickwork.registry import TaskDef
+from tickwork.store.base import Claim
+
+log = logging.getLogger("tickwork.executor")
+
+
+class CancelReason(enum.StrEnum):
+    CANCEL = "cancel"
+    TIMEOUT = "timeout"
+    LOST = "lost"
+    SHUTDOWN = "shutdown"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    status: ExecutionStatus
+    error: ErrorInfo | None = None
+    result: Any = None
+    note: str | None = None
+
+
+class Run:
+    """One claimed run while it is in this node's hands."""
+
+    def __init__(self, claim: Claim, definition: TaskDef) -> None:
+        self.claim = claim
+        self.definition = definition
+        self.cancel_event = threading.Event()
+        self.cancel_reason: CancelReason | None = None
+        self.started = False
+        self.released = False
+        self.deadline: float | None = None  # monotonic; set when the run starts
+        self.renewed_at = time.monotonic()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_task: asyncio.Task[Any] | None = None
+
+    @property
+    def task_id(self) -> int:
+        return self.claim.task.id
+
+    def request_cancel(self, reason: CancelReason) -> None:
+        with self._lock:
+            if self.cancel_reason is None:
+                self.cancel_reason = reason
+            self.cancel_event.set()
+            loop, task = self._loop, self._async_task
+        if loop is not None and task is not None:
+            loop.call_soon_threadsafe(task.cancel)
+
+    def bind_async(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        with self._lock:
+            self._loop, self._async_task = loop, task
+            cancelled = self.cancel_event.is_set()
+        if cancelled:
+            task.cancel()
+
+
+class AsyncRunner:
+    """One event loop in a daemon thread, started on first use, for ``async def`` tasks."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name="tickwork-asyncio", daemon=True)
+                self._thread.start()
+                self._loop = loop
+            return self._loop
+
+    def run(self, run: Run, coro: Coroutine[Any, Any, Any]) -> Any:
+        loop = self.loop()
+
+        async def bound() -> Any:
+            task = asyncio.current_task()
+            assert task is not None
+            run.bind_async(loop, task)
+            return await coro
+
+        return asyncio.run_coroutine_threadsafe(bound(), loop).result()
+
+    def close(self) -> None:
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+            if not thread.is_alive():
+                loop.close()
+
+
+class Executor:
+    def __init__(self, max_result_bytes: int) -> None:
+        self.async_runner = AsyncRunner()
+        self.max_result_bytes = max_result_bytes
+
+    def execute(self, run: Run, ctx: Context) -> RunResult:
+        task = run.claim.task
+        func = run.definition.func
+        timeout = task.timeout
+        if timeout is not None:
+            run.deadline = time.monotonic() + timeout
+        try:
+            if run.definition.is_async:
+                value = self.async_runner.run(run, func(ctx, *task.args, **task.kwargs))
+            else:
+                value = func(ctx, *task.args, **task.kwargs)
+        except (Cancelled, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
+            if run.cancel_reason is None:  # raised by the task itself, not by us
+                return RunResult(ExecutionStatus.FAILED, _error_info(exc))
+            return self._cancelled(run)
+        except Exception as exc:
+            if run.cancel_reason is not None:
+                return self._cancelled(run, _error_info(exc))
+            return RunResult(ExecutionStatus.FAILED, _error_info(exc))
+        if run.cancel_reason is not None:
+            return self._cancelled(run)
+        return self._completed(value)
+
+    def _cancelled(self, run: Run, error: ErrorInfo | None = None) -> RunResult:
+        reason = run.cancel_reason
+        if reason is CancelReason.TIMEOUT:
+            timeout = run.claim.task.timeout
+            return RunResult(
+                ExecutionStatus.TIMED_OUT,
+                error or ErrorInfo("TimeoutError", f"run exceeded its timeout of {timeout} s"),
+                note="timeout",
+            )
+        if reason is CancelReason.CANCEL:
+            return RunResult(ExecutionStatus.CANCELLED, error, note="cancelled on request")
+        message = {
+            CancelReason.LOST: "lease lost: the run was stopped because this node no longer owns it",
+            CancelReason.SHUTDOWN: "interrupted: the node shut down before the run finished",
+        }[reason or CancelReason.SHUTDOWN]
+        return RunResult(ExecutionStatus.FAILED, error or ErrorInfo("Interrupted", message), note=str(reason))
+
+    def _completed(self, value: Any) -> RunResult:
+        if value is None:
+            return RunResult(ExecutionStatus.COMPLETED)
+        try:
+            encoded = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            return RunResult(ExecutionStatus.COMPLETED, note="result not stored: not JSON-serializable")
+        if len(encoded.encode()) > self.max_result_bytes:
+            return RunResult(ExecutionStatus.COMPLETED, note=f"result not stored: over {self.max_result_bytes} bytes")
+        return RunResult(ExecutionStatus.COMPLETED, result=value)
+
+    def close(self) -> None:
+        self.async_runner.close()
+
+
+def _error_info(exc: BaseException) -> ErrorInfo:
+    return ErrorInfo(
+        type=type(exc).__qualname__,
+        message=str(exc),
+        traceback="".join(traceback.format_exception(exc)),
+    )

@@ -1,0 +1,44 @@
+"""Zombie recovery: runs whose node stopped renewing their lease.
+
+Every node runs this; it is idempotent and fenced. A lost run's execution is marked
+FAILED (note "lost", naming the node that held it) and the task moves on exactly as
+after a failure: retried while attempts remain, else next slot or FAILED. The write is
+made only while the lease is still expired, so a slow node that renews first wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from tickwork.model import ErrorInfo, ExecutionStatus
+from tickwork.schedules import outcome_of
+from tickwork.store.base import Outcome, Store
+
+log = logging.getLogger("tickwork.reconciler")
+
+BATCH = 100
+
+
+def reconcile(store: Store) -> int:
+    """Recover one batch of expired runs; return how many this call recovered."""
+    expired = store.expired(BATCH)
+    if not expired:
+        return 0
+    now = store.now()
+    by_owner: dict[str, list[Outcome]] = defaultdict(list)
+    for claim in expired:
+        owner = claim.task.lease_owner or "?"
+        error = ErrorInfo(
+            "LeaseExpired",
+            f"lost: node {owner} stopped renewing its lease (expired {claim.task.lease_expires_at})",
+        )
+        by_owner[owner].append(outcome_of(claim, ExecutionStatus.FAILED, now, error=error, note=f"lost by {owner}"))
+    recovered = 0
+    for owner, outcomes in by_owner.items():
+        applied = store.reap(owner, outcomes)
+        recovered += sum(applied)
+        for outcome, ok in zip(outcomes, applied, strict=True):
+            if ok:
+                log.warning("task %s: run lost by node %s, marked FAILED", outcome.task_id, owner)
+    return recovered

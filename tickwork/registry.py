@@ -1,0 +1,80 @@
+"""Registered task functions: the only code a node will ever run.
+
+A stored task names its function; the node looks the name up here. Names never come
+with import paths, so nothing read from the database can make a node import or call
+anything that was not registered in the application's own code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tickwork.errors import InvalidInput, UnknownTask
+from tickwork.model import Misfire
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskOptions:
+    """Per-task defaults set at registration; ``schedule()`` may override them."""
+
+    timeout: float | None = None
+    max_retries: int = 0
+    retry_backoff: float = 1.0
+    misfire: Misfire | None = None
+    misfire_grace: float | None = None
+    jitter: float = 0.0
+    priority: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskDef:
+    name: str
+    func: Callable[..., Any]
+    options: TaskOptions
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._by_name: dict[str, TaskDef] = {}
+        self._by_func: dict[Callable[..., Any], TaskDef] = {}
+
+    def add(self, name: str, func: Callable[..., Any], options: TaskOptions) -> TaskDef:
+        existing = self._by_name.get(name)
+        if existing is not None and existing.func is not func:
+            raise InvalidInput("name", name, "another function is already registered under this name")
+        definition = TaskDef(name, func, options)
+        self._by_name[name] = definition
+        self._by_func[func] = definition
+        return definition
+
+    def resolve(self, task: str | Callable[..., Any]) -> TaskDef:
+        """The definition for a name or a registered function."""
+        if isinstance(task, str):
+            found = self._by_name.get(task)
+            if found is None:
+                raise UnknownTask("name", task, "no task is registered under this name")
+            return found
+        found = self._by_func.get(task)
+        if found is None:
+            label = getattr(task, "__qualname__", repr(task))
+            raise UnknownTask("task", label, "function is not registered with @app.task")
+        return found
+
+    def get(self, name: str) -> TaskDef | None:
+        return self._by_name.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+    def __iter__(self) -> Iterator[TaskDef]:
+        return iter(self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)

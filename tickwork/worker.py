@@ -1,0 +1,373 @@
+"""A worker node: claim due tasks into free slots, run them, keep their leases alive.
+
+Threads and their jobs:
+* the poll loop (the thread that calls ``run``): claims at most the free slots and
+  sleeps until the next due time, capped by ``poll_interval``, or until woken (a task
+  scheduled in this process, a slot freed, a stop request);
+* a bounded pool of ``concurrency`` threads that run the claims;
+* the monitor: renews leases and the node row every ``heartbeat`` seconds, turns
+  cancel requests, lost leases and timeouts into cancellation, and reconciles zombies.
+
+Shutdown is ordered: stop claiming, give back claims that never started, let running
+runs finish within ``shutdown_grace``, interrupt and record what is left, stop the
+monitor last, remove the node row.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from tickwork.context import Context
+from tickwork.executor import CancelReason, Executor, Run, RunResult
+from tickwork.model import ErrorInfo, ExecutionStatus, Node
+from tickwork.reconciler import reconcile
+from tickwork.schedules import outcome_of
+from tickwork.store.base import Claim
+
+if TYPE_CHECKING:
+    from tickwork.app import App
+
+log = logging.getLogger("tickwork.worker")
+
+# How long a finished run's result is retried when the store is unreachable, before it is
+# left to the reconciler (the lease expires, the run is recorded lost and retried).
+FINISH_RETRY_S = 30.0
+# A run whose lease could not be renewed for this fraction of the lease cancels itself
+# rather than keep running unowned.
+LEASE_SAFETY = 0.8
+
+
+class Worker:
+    def __init__(self, app: App, *, concurrency: int = 8, node_id: str | None = None) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency={concurrency}: must be at least 1")
+        self.app = app
+        self.store = app.store
+        self.concurrency = concurrency
+        self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.names = app.registry.names()
+        self.executor = Executor(app.max_payload)
+        self._pool = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="tickwork-run")
+        self._runs: dict[int, Run] = {}
+        self._runs_lock = threading.Lock()
+        self._runs_changed = threading.Condition(self._runs_lock)
+        self._stopping = threading.Event()
+        self._monitor_stop = threading.Event()
+        self._monitor_wake = threading.Event()
+        self._monitor: threading.Thread | None = None
+        self._monitor_failed: BaseException | None = None
+        self.started = threading.Event()
+        self.stopped = threading.Event()
+
+    # -- public ---------------------------------------------------------------------
+
+    def run(self, *, install_signals: bool = True) -> None:
+        """Run the node until ``stop()`` or SIGINT/SIGTERM; returns after shutdown."""
+        if install_signals:
+            self._install_signal_handlers()
+        self.store.register_node(self._node_row())
+        self._monitor = threading.Thread(target=self._monitor_main, name="tickwork-monitor", daemon=True)
+        self._monitor.start()
+        log.info("node %s started: %d slots, tasks %s", self.node_id, self.concurrency, self.names)
+        self.started.set()
+        try:
+            self._poll_loop()
+        finally:
+            self._shutdown()
+
+    def stop(self) -> None:
+        """Ask the node to shut down gracefully (thread-safe, returns at once)."""
+        self._stopping.set()
+        self.app.wakeup.set()
+
+    @property
+    def running(self) -> int:
+        with self._runs_lock:
+            return len(self._runs)
+
+    # -- poll loop ------------------------------------------------------------------
+
+    def _poll_loop(self) -> None:
+        wakeup = self.app.wakeup
+        while not self._stopping.is_set():
+            if self._monitor_failed is not None:
+                raise RuntimeError("monitor thread died; stopping the node") from self._monitor_failed
+            free = self.concurrency - self.running
+            claimed = 0
+            if free > 0:
+                try:
+                    claims = self.store.claim(self.node_id, self.names, free, self.app.lease)
+                except Exception:
+                    log.exception("claim failed; retrying after poll_interval")
+                    claims = []
+                claimed = len(claims)
+                for claim in claims:
+                    self._dispatch(claim)
+                if claimed == free:
+                    continue  # every slot filled: more may be due
+            wakeup.wait(self._sleep_for(free - claimed))
+            wakeup.clear()
+
+    def _sleep_for(self, idle_slots: int) -> float:
+        """Until the next due task (capped by poll_interval); idle slots make it worth asking."""
+        cap = self.app.poll_interval
+        if idle_slots <= 0:
+            return cap  # a finishing run wakes us
+        try:
+            due = self.store.next_due_at(self.names)
+            if due is None:
+                return cap
+            return min(cap, max(0.0, (due - self.store.now()).total_seconds()))
+        except Exception:
+            log.exception("next_due_at failed")
+            return cap
+
+    def _dispatch(self, claim: Claim) -> None:
+        definition = self.app.registry.get(claim.task.name)
+        if definition is None:  # cannot happen: we only claim registered names
+            raise RuntimeError(f"claimed unregistered task {claim.task.name!r}")
+        run = Run(claim, definition)
+        with self._runs_lock:
+            self._runs[run.task_id] = run
+        self._pool.submit(self._execute, run)
+
+    # -- one run --------------------------------------------------------------------
+
+    def _execute(self, run: Run) -> None:
+        try:
+            with self._runs_lock:
+                if run.released:
+                    return
+                run.started = True
+            task = run.claim.task
+            ctx = Context(
+                task_id=task.id,
+                task_name=task.name,
+                execution_id=run.claim.execution_id,
+                attempt=task.attempt,
+                scheduled_for=run.claim.scheduled_for,
+                fence=run.claim.fence,
+                cancel_event=run.cancel_event,
+                renew=lambda: self._renew_one(run),
+            )
+            if task.timeout is not None:
+                self._monitor_wake.set()
+            result = self.executor.execute(run, ctx)
+            self._record(run, result)
+        except Exception:
+            log.exception("task %s: unexpected error while running", run.task_id)
+        finally:
+            with self._runs_changed:
+                self._runs.pop(run.task_id, None)
+                self._runs_changed.notify_all()
+            self.app.wakeup.set()
+
+    def _record(self, run: Run, result: RunResult) -> None:
+        deadline = time.monotonic() + FINISH_RETRY_S
+        delay = 0.05
+        while True:
+            try:
+                outcome = outcome_of(
+                    run.claim,
+                    result.status,
+                    self.store.now(),
+                    error=result.error,
+                    result=result.result,
+                    note=result.note,
+                )
+                [applied] = self.store.finish(self.node_id, [outcome])
+                if not applied:
+                    log.warning("task %s: result of fence %s was stale and dropped", run.task_id, run.claim.fence)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    log.exception("task %s: could not record the result; the reconciler will", run.task_id)
+                    return
+                log.warning("task %s: recording the result failed; retrying", run.task_id, exc_info=True)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    # -- monitor: heartbeats, cancellation, timeouts, zombies -------------------------
+
+    def _monitor_main(self) -> None:
+        try:
+            next_beat = 0.0
+            while not self._monitor_stop.is_set():
+                if time.monotonic() >= next_beat:
+                    self._heartbeat()
+                    self._reconcile()
+                    next_beat = time.monotonic() + self.app.heartbeat
+                wait = next_beat - time.monotonic()
+                deadline = self._enforce_timeouts()
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                self._monitor_wake.wait(max(0.0, wait))
+                self._monitor_wake.clear()
+        except BaseException as exc:  # supervised: the poll loop stops the node
+            self._monitor_failed = exc
+            self.app.wakeup.set()
+            raise
+
+    def _heartbeat(self) -> None:
+        with self._runs_lock:
+            runs = [r for r in self._runs.values() if not r.released]
+        try:
+            renewals = self.store.renew(self.node_id, [(r.task_id, r.claim.fence) for r in runs], self.app.lease)
+            self.store.node_heartbeat(self.node_id, len(runs))
+        except Exception:
+            log.warning("heartbeat failed", exc_info=True)
+            self._cancel_unrenewed(runs)
+            return
+        kept = {r.task_id: r for r in renewals}
+        now = time.monotonic()
+        for run in runs:
+            renewal = kept.get(run.task_id)
+            if renewal is None:
+                log.warning("task %s: lease lost (fence %s); cancelling the run", run.task_id, run.claim.fence)
+                run.request_cancel(CancelReason.LOST)
+                continue
+            run.renewed_at = now
+            if renewal.cancel_requested:
+                run.request_cancel(CancelReason.CANCEL)
+
+    def _cancel_unrenewed(self, runs: list[Run]) -> None:
+        limit = self.app.lease * LEASE_SAFETY
+        for run in runs:
+            if time.monotonic() - run.renewed_at > limit:
+                log.warning("task %s: lease could not be renewed in time; cancelling the run", run.task_id)
+                run.request_cancel(CancelReason.LOST)
+
+    def _renew_one(self, run: Run) -> bool:
+        renewals = self.store.renew(self.node_id, [(run.task_id, run.claim.fence)], self.app.lease)
+        if not renewals:
+            run.request_cancel(CancelReason.LOST)
+            return False
+        run.renewed_at = time.monotonic()
+        if renewals[0].cancel_requested:
+            run.request_cancel(CancelReason.CANCEL)
+        return True
+
+    def _enforce_timeouts(self) -> float | None:
+        """Cancel runs past their deadline; return the earliest deadline still ahead."""
+        now = time.monotonic()
+        earliest: float | None = None
+        with self._runs_lock:
+            runs = list(self._runs.values())
+        for run in runs:
+            if run.deadline is None or run.cancel_reason is not None:
+                continue
+            if run.deadline <= now:
+                run.request_cancel(CancelReason.TIMEOUT)
+            elif earliest is None or run.deadline < earliest:
+                earliest = run.deadline
+        return earliest
+
+    def _reconcile(self) -> None:
+        try:
+            reconcile(self.store)
+        except Exception:
+            log.warning("reconciler pass failed", exc_info=True)
+
+    # -- shutdown ---------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        log.info("node %s stopping: no more claims (a second signal exits at once)", self.node_id)
+        self._stopping.set()
+        self._release_unstarted()
+        self._drain(self.app.shutdown_grace)
+        self._interrupt_remaining()
+        self._monitor_stop.set()
+        self._monitor_wake.set()
+        if self._monitor is not None:
+            self._monitor.join(timeout=10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.executor.close()
+        try:
+            self.store.remove_node(self.node_id)
+        except Exception:
+            log.warning("could not remove node row", exc_info=True)
+        self.stopped.set()
+        log.info("node %s stopped", self.node_id)
+
+    def _release_unstarted(self) -> None:
+        with self._runs_lock:
+            unstarted = [r for r in self._runs.values() if not r.started]
+            for run in unstarted:
+                run.released = True
+        if not unstarted:
+            return
+        try:
+            released = self.store.release(self.node_id, [r.claim for r in unstarted])
+            log.info("gave back %d claimed but unstarted tasks", released)
+        except Exception:
+            log.warning("could not give back unstarted claims; their leases will expire", exc_info=True)
+        with self._runs_changed:
+            for run in unstarted:
+                self._runs.pop(run.task_id, None)
+            self._runs_changed.notify_all()
+
+    def _drain(self, grace: float) -> None:
+        deadline = time.monotonic() + grace
+        with self._runs_changed:
+            while self._runs and (left := deadline - time.monotonic()) > 0:
+                self._runs_changed.wait(left)
+
+    def _interrupt_remaining(self) -> None:
+        """Runs still going after the grace: cancel them and record them as interrupted now,
+        so the task is retried at once instead of after its lease expires."""
+        with self._runs_lock:
+            remaining = list(self._runs.values())
+        if not remaining:
+            return
+        for run in remaining:
+            run.request_cancel(CancelReason.SHUTDOWN)
+        self._drain(min(2.0, self.app.shutdown_grace))
+        with self._runs_lock:
+            remaining = list(self._runs.values())
+        if not remaining:
+            return
+        now = self.store.now()
+        error = ErrorInfo("Interrupted", "the node shut down before the run finished")
+        outcomes = [outcome_of(r.claim, ExecutionStatus.FAILED, now, error=error, note="shutdown") for r in remaining]
+        try:
+            self.store.finish(self.node_id, outcomes)
+            log.warning("recorded %d runs interrupted by shutdown", len(outcomes))
+        except Exception:
+            log.warning("could not record interrupted runs; their leases will expire", exc_info=True)
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def exit_now(signum: int, frame: FrameType | None) -> None:
+            os._exit(128 + signum)
+
+        def graceful(signum: int, frame: FrameType | None) -> None:
+            # Only set flags here; a second signal exits at once.
+            signal.signal(signal.SIGINT, exit_now)
+            signal.signal(signal.SIGTERM, exit_now)
+            self.stop()
+
+        signal.signal(signal.SIGINT, graceful)
+        signal.signal(signal.SIGTERM, graceful)
+
+    def _node_row(self) -> Node:
+        now = self.store.now()
+        return Node(
+            id=self.node_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=now,
+            heartbeat_at=now,
+            capacity=self.concurrency,
+            running=0,
+        )
