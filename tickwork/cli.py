@@ -1,0 +1,301 @@
+"""The ``tickwork`` command line: a thin layer over the App's client API."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from tickwork.app import App
+from tickwork.errors import InvalidInput, TickworkError
+from tickwork.model import Execution, Status, Task
+from tickwork.schedules import CronSchedule, fire_times, schedule_of
+
+console = Console()
+R = TypeVar("R")
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` (like uvicorn and celery) from the working directory."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"APP={spec!r}: expected module:attribute, e.g. myproject.tasks:app")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"APP={spec!r}: cannot import {module_name!r}: {exc}") from exc
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise click.BadParameter(f"APP={spec!r}: {attribute!r} is not a tickwork App")
+    return app
+
+
+def errors_as_messages(func: Callable[..., R]) -> Callable[..., R]:
+    """Show tickwork errors as one-line messages (exit 1), not tracebacks."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> R:
+        try:
+            return func(*args, **kwargs)
+        except TickworkError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    return wrapper
+
+
+def client(ctx: click.Context) -> App:
+    """An App for client commands: the --app one if given, else one on --db / TICKWORK_DB."""
+    obj = ctx.find_root().obj
+    if obj.get("app_spec"):
+        return load_app(obj["app_spec"])
+    return App(obj.get("db"))
+
+
+@click.group()
+@click.option("--db", envvar="TICKWORK_DB", help="Database URL (default sqlite:///tickwork.db).")
+@click.option("--app", "app_spec", metavar="MODULE:ATTR", help="Application whose App (and database) to use.")
+@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
+@click.pass_context
+def main(ctx: click.Context, db: str | None, app_spec: str | None, verbose: int) -> None:
+    """tickwork: a persistent, distributed task scheduler."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if db:
+        os.environ["TICKWORK_DB"] = db  # an App() without an explicit URL reads it
+    ctx.obj = {"db": db, "app_spec": app_spec}
+
+
+@main.command()
+@click.argument("app_spec", metavar="APP")
+@click.option("--concurrency", "-c", default=8, show_default=True, type=click.IntRange(1, 10_000))
+@errors_as_messages
+def worker(app_spec: str, concurrency: int) -> None:
+    """Run a worker node for APP (module:attribute) until SIGINT/SIGTERM."""
+    if logging.getLogger().level > logging.INFO:
+        logging.getLogger("tickwork").setLevel(logging.INFO)
+    load_app(app_spec).run_worker(concurrency=concurrency)
+
+
+@main.command()
+@click.argument("app_spec", metavar="APP")
+@click.argument("name")
+@click.option("--cron", help="Cron expression (5 fields or @daily, @hourly, ...).")
+@click.option("--timezone", default="UTC", show_default=True, help="IANA zone the cron expression is read in.")
+@click.option("--every", type=float, help="Run every N seconds.")
+@click.option("--delay", type=float, help="Run once, N seconds from now.")
+@click.option("--at", "at_text", help="Run once at an ISO 8601 time with offset, e.g. 2030-01-01T09:00:00+01:00.")
+@click.option("--args", "args_json", default="[]", help="Positional arguments as a JSON list.")
+@click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments as a JSON object.")
+@click.option("--key", help="Idempotency key: no second live task with the same key.")
+@click.option("--max-retries", type=int)
+@click.option("--retry-backoff", type=float)
+@click.option("--timeout", type=float)
+@click.option("--jitter", type=float)
+@click.option("--priority", type=int)
+@click.option("--misfire", type=click.Choice(["SKIP", "SINGLE_CATCHUP", "CATCHUP"], case_sensitive=False))
+@errors_as_messages
+def schedule(
+    app_spec: str, name: str, cron: str | None, timezone: str, every: float | None, delay: float | None,
+    at_text: str | None, args_json: str, kwargs_json: str, key: str | None, max_retries: int | None,
+    retry_backoff: float | None, timeout: float | None, jitter: float | None, priority: int | None,
+    misfire: str | None,
+) -> None:  # fmt: skip
+    """Schedule task NAME of APP once (now, --delay, --at) or recurring (--cron, --every)."""
+    app = load_app(app_spec)
+    task = app.schedule(
+        name, args=_json("args", args_json), kwargs=_json("kwargs", kwargs_json), delay=delay,
+        at=_datetime("at", at_text), cron=cron, timezone=timezone, every=every, key=key,
+        max_retries=max_retries, retry_backoff=retry_backoff, timeout=timeout, jitter=jitter,
+        priority=priority, misfire=misfire,
+    )  # fmt: skip
+    console.print(f"scheduled task {task.id} ({task.name}), next run at {task.next_run_at.isoformat()}")
+
+
+@main.group()
+def tasks() -> None:
+    """List, inspect and manage tasks."""
+
+
+@tasks.command("list")
+@click.option("--status", type=click.Choice([s.value for s in Status], case_sensitive=False))
+@click.option("--name")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.pass_context
+@errors_as_messages
+def tasks_list(ctx: click.Context, status: str | None, name: str | None, limit: int) -> None:
+    """List tasks."""
+    table = Table()
+    for column in ("id", "name", "kind", "schedule", "status", "next run (UTC)", "runs", "last"):
+        table.add_column(column)
+    for t in client(ctx).tasks(status=status, name=name, limit=limit):
+        table.add_row(
+            str(t.id), t.name, t.kind.value, _schedule_text(t), t.status.value,
+            f"{t.next_run_at:%Y-%m-%d %H:%M:%S}" if not t.status.is_terminal else "",
+            str(t.run_count), t.last_status.value if t.last_status else "",
+        )  # fmt: skip
+    console.print(table)
+
+
+@tasks.command("show")
+@click.argument("task_id", type=int)
+@click.pass_context
+@errors_as_messages
+def tasks_show(ctx: click.Context, task_id: int) -> None:
+    """Show one task, its next fire times and its latest runs."""
+    app = client(ctx)
+    task = app.get(task_id)
+    table = Table(show_header=False)
+    for field, value in task.to_dict().items():
+        table.add_row(field, json.dumps(value) if isinstance(value, (dict, list)) else str(value))
+    console.print(table)
+    schedule = schedule_of(task)
+    if schedule is not None and not task.status.is_terminal:
+        upcoming = [task.scheduled_at, *fire_times(schedule, task.scheduled_at, 4)]
+        console.print("next fire times: " + ", ".join(f"{t:%Y-%m-%d %H:%M:%S}Z" for t in upcoming))
+    _print_executions(app.executions(task_id, limit=10))
+
+
+@tasks.command("cancel")
+@click.argument("task_id", type=int)
+@click.pass_context
+@errors_as_messages
+def tasks_cancel(ctx: click.Context, task_id: int) -> None:
+    """Cancel a task (a running one is asked to stop)."""
+    task = client(ctx).cancel(task_id)
+    running = task.status is Status.RUNNING
+    console.print(f"task {task.id}: {'cancel requested (running)' if running else task.status.value}")
+
+
+@tasks.command("pause")
+@click.argument("task_id", type=int)
+@click.pass_context
+@errors_as_messages
+def tasks_pause(ctx: click.Context, task_id: int) -> None:
+    """Pause a pending task."""
+    console.print(f"task {client(ctx).pause(task_id).id}: PAUSED")
+
+
+@tasks.command("resume")
+@click.argument("task_id", type=int)
+@click.pass_context
+@errors_as_messages
+def tasks_resume(ctx: click.Context, task_id: int) -> None:
+    """Resume a paused task."""
+    console.print(f"task {client(ctx).resume(task_id).id}: PENDING")
+
+
+@tasks.command("trigger")
+@click.argument("task_id", type=int)
+@click.pass_context
+@errors_as_messages
+def tasks_trigger(ctx: click.Context, task_id: int) -> None:
+    """Run a pending task now (a recurring one keeps its schedule)."""
+    console.print(f"task {client(ctx).trigger(task_id).id}: due now")
+
+
+@main.command()
+@click.argument("task_id", type=int)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.pass_context
+@errors_as_messages
+def executions(ctx: click.Context, task_id: int, limit: int) -> None:
+    """Show the execution log of a task, newest first."""
+    _print_executions(client(ctx).executions(task_id, limit=limit))
+
+
+@main.command()
+@click.argument("expression")
+@click.option("--timezone", default="UTC", show_default=True)
+@click.option("-n", "count", default=5, show_default=True, type=click.IntRange(1, 1000))
+@errors_as_messages
+def cron(expression: str, timezone: str, count: int) -> None:
+    """Explain a cron EXPRESSION and print its next N fire times."""
+    schedule = CronSchedule(expression, timezone)
+    zone = ZoneInfo(timezone)
+    console.print(f"{expression!r} in {timezone}: {schedule.explain()}")
+    for when in fire_times(schedule, datetime.now(UTC), count):
+        local = when.astimezone(zone)
+        console.print(f"  {local:%Y-%m-%d %H:%M:%S %Z}  ({when:%Y-%m-%d %H:%M:%S} UTC)")
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command()
+@click.pass_context
+@errors_as_messages
+def upgrade(ctx: click.Context) -> None:
+    """Create or upgrade the schema to the latest version."""
+    app = client(ctx)
+    version = app.store.migrate()
+    console.print(f"{app.url}: schema at version {version}")
+
+
+@main.command()
+@click.option("--db-path", default="tickwork-demo.db", show_default=True, help="SQLite file (recreated).")
+@click.option("--duration", type=float, help="Stop after this many seconds (default: until Ctrl-C).")
+def demo(db_path: str, duration: float | None) -> None:
+    """Run example tasks (one-time, delayed, cron, interval, retried) on a local node."""
+    from tickwork.demo import run_demo
+
+    run_demo(db_path, duration, console)
+
+
+def _print_executions(rows: list[Execution]) -> None:
+    table = Table()
+    for column in ("id", "task", "attempt", "scheduled for", "started", "finished", "status", "node", "error / note"):
+        table.add_column(column)
+    for e in rows:
+        detail = f"{e.error.type}: {e.error.message}" if e.error else (e.note or "")
+        table.add_row(
+            str(e.id), str(e.task_id), str(e.attempt), _ts(e.scheduled_for), _ts(e.started_at),
+            _ts(e.finished_at), e.status.value, e.node or "", detail[:80],
+        )  # fmt: skip
+    console.print(table)
+
+
+def _ts(value: datetime | None) -> str:
+    return f"{value:%Y-%m-%d %H:%M:%S.%f}"[:-3] if value else ""
+
+
+def _schedule_text(task: Task) -> str:
+    if task.cron:
+        return f"cron {task.cron} ({task.timezone})"
+    if task.interval:
+        return f"every {task.interval:g} s"
+    return "once"
+
+
+def _json(field: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(field, text, f"not valid JSON: {exc.msg}") from exc
+
+
+def _datetime(field: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidInput(field, text, "not an ISO 8601 datetime") from exc
+
+
+if __name__ == "__main__":
+    main()

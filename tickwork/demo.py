@@ -1,0 +1,124 @@
+"""The demo: example tasks of every kind on an embedded SQLite file, one node, and a
+live table of the execution log. It is what ``tickwork demo`` runs."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from tickwork.app import App
+from tickwork.context import Context
+from tickwork.model import Execution, ExecutionStatus, Task
+from tickwork.worker import Worker
+
+STATUS_STYLE = {
+    ExecutionStatus.RUNNING: "yellow",
+    ExecutionStatus.COMPLETED: "green",
+    ExecutionStatus.FAILED: "red",
+    ExecutionStatus.CANCELLED: "magenta",
+    ExecutionStatus.TIMED_OUT: "red",
+    ExecutionStatus.SKIPPED: "dim",
+}
+
+
+def make_app(url: str) -> App:
+    app = App(url, heartbeat=2.0, lease=10.0, poll_interval=1.0, shutdown_grace=5.0)
+
+    @app.task(name="demo.send_welcome")
+    def send_welcome(ctx: Context, user: str) -> str:
+        ctx.logger.info("welcome mail to %s", user)
+        return f"sent to {user}"
+
+    @app.task(name="demo.heartbeat_check")
+    async def heartbeat_check(ctx: Context) -> dict[str, float]:
+        started = time.perf_counter()
+        await asyncio.sleep(random.uniform(0.05, 0.3))
+        return {"latency_ms": round((time.perf_counter() - started) * 1000, 1)}
+
+    @app.task(name="demo.minute_report")
+    def minute_report(ctx: Context) -> str:
+        return f"report for {ctx.scheduled_for:%H:%M}"
+
+    @app.task(name="demo.flaky_sync", max_retries=3, retry_backoff=1.0)
+    def flaky_sync(ctx: Context) -> str:
+        if ctx.attempt < 3:
+            raise ConnectionError(f"upstream unavailable (attempt {ctx.attempt})")
+        return f"synced on attempt {ctx.attempt}"
+
+    return app
+
+
+def schedule_examples(app: App) -> list[Task]:
+    return [
+        app.schedule("demo.send_welcome", kwargs={"user": "ada@example.com"}),
+        app.schedule("demo.send_welcome", kwargs={"user": "grace@example.com"}, delay=5),
+        app.schedule("demo.minute_report", cron="* * * * *"),
+        app.schedule("demo.heartbeat_check", every=timedelta(seconds=3)),
+        app.schedule("demo.flaky_sync"),
+    ]
+
+
+def executions_table(app: App, names: dict[int, str], limit: int = 15) -> Table:
+    table = Table(title="tickwork demo — latest executions (Ctrl-C to stop)", expand=False)
+    for column in ("run", "task", "try", "scheduled", "took", "status", "result / error"):
+        table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=44)
+    for e in app.executions(limit=limit):
+        table.add_row(*_row(e, names.get(e.task_id, str(e.task_id))))
+    return table
+
+
+def _row(e: Execution, name: str) -> list[str]:
+    took = ""
+    if e.started_at and e.finished_at:
+        took = f"{(e.finished_at - e.started_at).total_seconds() * 1000:.0f} ms"
+    detail = f"{e.error.type}: {e.error.message}" if e.error else ("" if e.result is None else str(e.result))
+    style = STATUS_STYLE.get(e.status, "")
+    return [
+        str(e.id),
+        f"{name} #{e.task_id}",
+        str(e.attempt),
+        f"{e.scheduled_for:%H:%M:%S}",
+        took,
+        f"[{style}]{e.status.value}[/]",
+        detail[:60],
+    ]
+
+
+def run_demo(db_path: str, duration: float | None, console: Console) -> int:
+    """Start afresh on ``db_path``, run the node and the live table; return runs logged."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(db_path + suffix).unlink(missing_ok=True)
+    app = make_app(f"sqlite:///{db_path}")
+    tasks = schedule_examples(app)
+    names = {t.id: t.name for t in tasks}
+    worker = Worker(app, concurrency=4)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, name="tickwork-node")
+    thread.start()
+    console.print(f"[bold]tickwork demo[/]: node {worker.node_id} on sqlite:///{db_path}")
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        with Live(executions_table(app, names), console=console, refresh_per_second=4) as live:
+            while deadline is None or time.monotonic() < deadline:
+                time.sleep(0.25)  # the display's refresh rate, not a wait for an event
+                live.update(executions_table(app, names))
+    except KeyboardInterrupt:
+        console.print("stopping (finishing running tasks)...")
+    finally:
+        worker.stop()
+        thread.join()
+    runs = app.executions(limit=10_000)
+    done = sum(1 for e in runs if e.status is ExecutionStatus.COMPLETED)
+    console.print()
+    console.print(
+        f"{len(runs)} runs logged, {done} completed. Inspect them with: tickwork --db sqlite:///{db_path} tasks list"
+    )
+    app.close()
+    return len(runs)
