@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -75,7 +76,7 @@ def test_recurring_runs_are_exactly_on_their_schedule(client: App, workers: Flee
     runs = sorted(client.executions(task.id, status="COMPLETED"), key=lambda e: e.scheduled_for)
     slots = [e.scheduled_for for e in runs]
     assert slots[0] == task.scheduled_at
-    assert all(b - a == timedelta(seconds=0.4) for a, b in zip(slots, slots[1:], strict=False)), slots
+    assert all(b - a == timedelta(seconds=0.4) for a, b in itertools.pairwise(slots)), slots
     assert all(e.started_at is not None and e.started_at >= e.scheduled_for for e in runs)
     assert client.get(task.id).status in (Status.PENDING, Status.RUNNING)  # never completes
 

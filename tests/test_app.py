@@ -1,0 +1,196 @@
+"""The client API: scheduling forms, idempotency, state changes and bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tickwork import (
+    App,
+    Context,
+    InvalidCron,
+    InvalidInput,
+    InvalidState,
+    InvalidTimezone,
+    Kind,
+    Misfire,
+    PayloadTooLarge,
+    Status,
+    TaskNotFound,
+    TickworkError,
+    UnknownTask,
+)
+
+
+@pytest.fixture
+def app(sqlite_url: str) -> Iterator[App]:
+    app = App(sqlite_url)
+
+    @app.task
+    def greet(ctx: Context, who: str = "world") -> str:
+        return f"hello {who}"
+
+    @app.task(name="reports.daily", max_retries=3, retry_backoff=2.0, timeout=60, jitter=5)
+    async def daily(ctx: Context, day: str = "") -> None:
+        return None
+
+    app.greet = greet  # type: ignore[attr-defined]
+    yield app
+    app.close()
+
+
+def test_registration_keeps_the_function_callable_and_names_it_module_qualname(app: App) -> None:
+    greet = app.greet  # type: ignore[attr-defined]
+    assert greet(None, "you") == "hello you"
+    assert "tests.test_app.app.<locals>.greet" in app.registry.names()
+    assert "reports.daily" in app.registry.names()
+
+
+def test_schedule_now_delay_at_cron_and_every(app: App) -> None:
+    before = app.store.now()
+    now_task = app.schedule(app.greet, kwargs={"who": "a"})  # type: ignore[attr-defined]
+    assert now_task.kind is Kind.ONE_TIME and now_task.status is Status.PENDING
+    assert before <= now_task.scheduled_at <= app.store.now()
+    assert now_task.misfire is Misfire.CATCHUP  # one-time tasks run however late
+
+    delayed = app.schedule(app.greet, delay=30)  # type: ignore[attr-defined]
+    assert delayed.scheduled_at - before >= timedelta(seconds=30)
+
+    when = datetime(2031, 5, 4, 9, 30, tzinfo=UTC)
+    at_task = app.schedule(app.greet, at=when)  # type: ignore[attr-defined]
+    assert at_task.scheduled_at == when == at_task.next_run_at
+
+    cron_task = app.schedule("reports.daily", cron="0 9 * * 1-5", timezone="Europe/Berlin")
+    assert cron_task.kind is Kind.RECURRING and cron_task.misfire is Misfire.SINGLE_CATCHUP
+    local = cron_task.scheduled_at.astimezone(__import__("zoneinfo").ZoneInfo("Europe/Berlin"))
+    assert (local.hour, local.minute) == (9, 0) and local.weekday() < 5
+    # registration defaults carried onto the stored task; jitter only moves next_run_at
+    assert (cron_task.max_retries, cron_task.retry_backoff, cron_task.timeout) == (3, 2.0, 60.0)
+    assert timedelta(0) <= cron_task.next_run_at - cron_task.scheduled_at < timedelta(seconds=5)
+
+    every = app.schedule(app.greet, every=timedelta(minutes=5))  # type: ignore[attr-defined]
+    assert every.interval == 300.0
+    assert every.scheduled_at - before >= timedelta(minutes=5)
+
+
+def test_idempotency_key_returns_the_live_task(app: App) -> None:
+    first = app.schedule("reports.daily", cron="@daily", key="daily-report")
+    again = app.schedule("reports.daily", cron="@hourly", key="daily-report")
+    assert again.id == first.id and again.cron == "@daily"
+    assert len(app.tasks()) == 1
+    app.cancel(first.id)
+    fresh = app.schedule("reports.daily", cron="@hourly", key="daily-report")
+    assert fresh.id != first.id
+
+
+def test_schedule_many_stores_all_in_order(app: App) -> None:
+    when = datetime(2030, 1, 1, tzinfo=UTC)
+    tasks = app.schedule_many([dict(task="reports.daily", kwargs={"day": str(i)}, at=when) for i in range(50)])
+    assert [t.kwargs["day"] for t in tasks] == [str(i) for i in range(50)]
+    assert len(app.tasks(limit=100)) == 50
+
+
+def test_schedule_many_rejects_everything_when_one_item_is_bad(app: App) -> None:
+    items: list[dict[str, Any]] = [dict(task="reports.daily"), dict(task="reports.daily", delay=-1)]
+    with pytest.raises(InvalidInput, match="delay"):
+        app.schedule_many(items)
+    assert app.tasks() == []
+
+
+def test_cancel_pause_resume_trigger(app: App) -> None:
+    task = app.schedule(app.greet, delay=3600)  # type: ignore[attr-defined]
+    paused = app.pause(task.id)
+    assert paused.status is Status.PAUSED and paused.version == task.version + 1
+    with pytest.raises(InvalidState, match="trigger"):
+        app.trigger(task.id)
+    resumed = app.resume(task.id)
+    assert resumed.status is Status.PENDING
+    triggered = app.trigger(task.id)
+    assert triggered.next_run_at <= app.store.now()
+    cancelled = app.cancel(task.id)
+    assert cancelled.status is Status.CANCELLED
+    assert app.cancel(task.id).status is Status.CANCELLED  # idempotent
+    with pytest.raises(InvalidState, match="pause"):
+        app.pause(task.id)
+    with pytest.raises(InvalidState, match="resume"):
+        app.resume(task.id)
+
+
+def test_unknown_ids_raise_task_not_found(app: App) -> None:
+    for call in (app.get, app.cancel, app.pause, app.resume, app.trigger, app.executions):
+        with pytest.raises(TaskNotFound, match="task_id=999"):
+            call(999)
+
+
+BAD_INPUTS: list[tuple[str, dict[str, Any], type[TickworkError], str]] = [
+    ("cron-minute", dict(cron="61 * * * *"), InvalidCron, "cron='61 \\* \\* \\* \\*'"),
+    ("cron-step-zero", dict(cron="*/0 * * * *"), InvalidCron, "cron='\\*/0"),
+    ("cron-never", dict(cron="0 0 31 2 *"), InvalidCron, "never fires"),
+    ("cron-fields", dict(cron="* * * *"), InvalidCron, "5 fields"),
+    ("timezone", dict(cron="0 9 * * *", timezone="Mars/Olympus"), InvalidTimezone, "timezone='Mars/Olympus'"),
+    ("kwargs-not-json", dict(kwargs={"when": datetime(2030, 1, 1)}), InvalidInput, "kwargs=.*not JSON"),
+    ("kwargs-not-mapping", dict(kwargs=[1, 2]), InvalidInput, "kwargs="),
+    ("args-not-json", dict(args=[object()]), InvalidInput, "args="),
+    ("args-nan", dict(args=[float("nan")]), InvalidInput, "args="),
+    ("negative-delay", dict(delay=-5), InvalidInput, "delay=-5"),
+    ("naive-at", dict(at=datetime(2030, 1, 1, 9, 0)), InvalidInput, "at='2030-01-01T09:00:00'.*timezone-aware"),
+    ("every-zero", dict(every=0), InvalidInput, "every=0"),
+    ("every-negative", dict(every=timedelta(seconds=-1)), InvalidInput, "every="),
+    ("cron-and-every", dict(cron="* * * * *", every=5), InvalidInput, "every"),
+    ("delay-and-at", dict(delay=1, at=datetime(2030, 1, 1, tzinfo=UTC)), InvalidInput, "at="),
+    ("payload", dict(kwargs={"blob": "x" * 70_000}), PayloadTooLarge, "max_payload=65536"),
+    ("max-retries", dict(max_retries=-1), InvalidInput, "max_retries=-1"),
+    ("jitter", dict(jitter=-0.5), InvalidInput, "jitter=-0.5"),
+    ("misfire", dict(misfire="SOMETIMES"), InvalidInput, "misfire='SOMETIMES'"),
+    ("key", dict(key=""), InvalidInput, "key=''"),
+]
+
+
+@pytest.mark.parametrize(("label", "kwargs", "error", "message"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_names_field_and_value_and_stores_nothing(
+    app: App, label: str, kwargs: dict[str, Any], error: type[TickworkError], message: str
+) -> None:
+    existing = app.schedule("reports.daily", cron="@daily", key="keep-me")
+    with pytest.raises(error, match=message):
+        app.schedule("reports.daily", **kwargs)
+    assert [t.id for t in app.tasks()] == [existing.id]
+    assert app.get(existing.id) == existing
+
+
+def test_unknown_task_name_and_unregistered_function(app: App) -> None:
+    with pytest.raises(UnknownTask, match="name='nope.task'"):
+        app.schedule("nope.task")
+
+    def stranger(ctx: Context) -> None: ...
+
+    with pytest.raises(UnknownTask, match="stranger"):
+        app.schedule(stranger)
+    assert app.tasks() == []
+
+
+def test_bad_app_settings_are_rejected(sqlite_url: str) -> None:
+    with pytest.raises(InvalidInput, match="heartbeat=30"):
+        App(sqlite_url, lease=10, heartbeat=30)
+    with pytest.raises(InvalidInput, match="claim='skip_locked'"):
+        App(sqlite_url, claim="skip_locked")
+    with pytest.raises(InvalidInput, match="poll_interval=0"):
+        App(sqlite_url, poll_interval=0)
+
+
+def test_app_reads_tickwork_db_and_defaults_to_local_file(
+    monkeypatch: pytest.MonkeyPatch, sqlite_url: str, tmp_path: Any
+) -> None:
+    monkeypatch.setenv("TICKWORK_DB", sqlite_url)
+    assert App().url == sqlite_url
+    monkeypatch.delenv("TICKWORK_DB")
+    assert App().url == "sqlite:///tickwork.db"
+
+
+def test_same_name_for_two_functions_is_refused(app: App) -> None:
+    def other(ctx: Context) -> None: ...
+
+    with pytest.raises(InvalidInput, match="name='reports.daily'"):
+        app.task(name="reports.daily")(other)

@@ -1,0 +1,204 @@
+"""A node in a thread of the test process: cancellation, timeouts, leases, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from tests.conftest import wait_for
+from tickwork import App, Context, ExecutionStatus, Status
+from tickwork.worker import Worker
+
+
+class Node:
+    def __init__(self, app: App, concurrency: int = 4) -> None:
+        self.worker = Worker(app, concurrency=concurrency)
+        self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False})
+        self.thread.start()
+        assert self.worker.started.wait(10)
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def app(sqlite_url: str) -> Iterator[App]:
+    app = App(sqlite_url, lease=2.0, heartbeat=0.1, poll_interval=0.1, shutdown_grace=5.0)
+    app.gate = threading.Event()  # type: ignore[attr-defined]
+    app.seen = []  # type: ignore[attr-defined]
+
+    @app.task(name="t.cooperative")
+    def cooperative(ctx: Context) -> str:
+        app.gate.set()  # type: ignore[attr-defined]
+        while not ctx.cancelled:
+            time.sleep(0.01)  # the task's own work loop
+        return "saw cancel"
+
+    @app.task(name="t.raises_when_cancelled")
+    def raising(ctx: Context) -> None:
+        app.gate.set()  # type: ignore[attr-defined]
+        while True:
+            ctx.raise_if_cancelled()
+            time.sleep(0.01)
+
+    @app.task(name="t.async_forever")
+    async def forever(ctx: Context) -> None:
+        app.gate.set()  # type: ignore[attr-defined]
+        await asyncio.Event().wait()
+
+    @app.task(name="t.record")
+    def record(ctx: Context) -> None:
+        app.seen.append((ctx.task_id, ctx.scheduled_for, ctx.attempt, ctx.fence))  # type: ignore[attr-defined]
+
+    @app.task(name="t.outlives_lease")
+    def outlives_lease(ctx: Context, seconds: float) -> str:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+        return "ok"
+
+    yield app
+    app.close()
+
+
+def test_cancel_of_a_running_thread_task_is_cooperative_and_ends_cancelled(app: App) -> None:
+    node = Node(app)
+    task = app.schedule("t.cooperative")
+    assert app.gate.wait(10)  # type: ignore[attr-defined]
+    assert app.cancel(task.id).status is Status.RUNNING  # asked, not yet stopped
+    wait_for(lambda: app.get(task.id).status is Status.CANCELLED)
+    node.stop()
+    [run] = app.executions(task.id)
+    # It returned normally after seeing ctx.cancelled, and still ends CANCELLED.
+    assert run.status is ExecutionStatus.CANCELLED and run.result is None
+
+
+def test_raise_if_cancelled_ends_the_run_cancelled(app: App) -> None:
+    node = Node(app)
+    task = app.schedule("t.raises_when_cancelled", max_retries=3)
+    assert app.gate.wait(10)  # type: ignore[attr-defined]
+    app.cancel(task.id)
+    wait_for(lambda: app.get(task.id).status is Status.CANCELLED)
+    node.stop()
+    assert [e.status for e in app.executions(task.id)] == [ExecutionStatus.CANCELLED]  # no retry
+
+
+def test_cancel_of_a_running_async_task_cancels_its_asyncio_task(app: App) -> None:
+    node = Node(app)
+    task = app.schedule("t.async_forever")
+    assert app.gate.wait(10)  # type: ignore[attr-defined]
+    app.cancel(task.id)
+    wait_for(lambda: app.get(task.id).status is Status.CANCELLED)
+    node.stop()
+    assert [e.status for e in app.executions(task.id)] == [ExecutionStatus.CANCELLED]
+
+
+@pytest.mark.parametrize("name", ["t.cooperative", "t.async_forever"])
+def test_timeout_cancels_the_run_and_records_timed_out_then_retries(app: App, name: str) -> None:
+    node = Node(app)
+    task = app.schedule(name, timeout=0.2, max_retries=1, retry_backoff=0.05)
+    wait_for(lambda: app.get(task.id).status is Status.FAILED)
+    node.stop()
+    runs = sorted(app.executions(task.id), key=lambda e: e.attempt)
+    assert [(e.attempt, e.status) for e in runs] == [(1, ExecutionStatus.TIMED_OUT), (2, ExecutionStatus.TIMED_OUT)]
+    assert all(e.error is not None and "timeout" in e.error.message for e in runs)
+
+
+def test_heartbeats_keep_a_run_longer_than_its_lease(app: App) -> None:
+    node = Node(app)
+    task = app.schedule("t.outlives_lease", kwargs={"seconds": 3 * app.lease / 2})
+    wait_for(lambda: app.get(task.id).status.is_terminal)
+    node.stop()
+    [run] = app.executions(task.id)
+    assert run.status is ExecutionStatus.COMPLETED and run.result == "ok"
+
+
+def test_trigger_runs_a_recurring_task_now_without_consuming_its_slot(app: App) -> None:
+    node = Node(app)
+    task = app.schedule("t.record", every=3600)
+    triggered = app.trigger(task.id)
+    assert triggered.triggered and triggered.scheduled_at == task.scheduled_at
+    wait_for(lambda: app.get(task.id).run_count == 1)
+    node.stop()
+    after = app.get(task.id)
+    assert after.status is Status.PENDING and not after.triggered
+    assert after.scheduled_at == task.scheduled_at  # the nominal slot is still ahead
+    [(task_id, scheduled_for, attempt, fence)] = app.seen  # type: ignore[attr-defined]
+    assert scheduled_for == triggered.next_run_at and scheduled_for < task.scheduled_at
+
+
+def test_context_carries_slot_attempt_and_fence(app: App) -> None:
+    node = Node(app)
+    task = app.schedule("t.record", delay=0.2)
+    wait_for(lambda: app.get(task.id).status is Status.COMPLETED)
+    node.stop()
+    [(task_id, scheduled_for, attempt, fence)] = app.seen  # type: ignore[attr-defined]
+    assert (task_id, scheduled_for, attempt) == (task.id, task.scheduled_at, 1)
+    assert fence == app.get(task.id).version == task.version + 1
+
+
+def test_shutdown_gives_back_claims_that_never_started(app: App) -> None:
+    """Claims queued behind busy slots are released, not left to lease expiry."""
+    worker = Worker(app, concurrency=1)
+    tasks = [app.schedule("t.record") for _ in range(3)]
+    claims = app.store.claim(worker.node_id, worker.names, 3, app.lease)
+    assert len(claims) == 3
+    # Queue them as the poll loop would, without a pool thread having started any.
+    from tickwork.executor import Run
+
+    for claim in claims:
+        definition = app.registry.get(claim.task.name)
+        assert definition is not None
+        worker._runs[claim.task.id] = Run(claim, definition)
+    worker._release_unstarted()
+    assert worker.running == 0
+    for task in tasks:
+        after = app.get(task.id)
+        assert (after.status, after.attempt, after.lease_owner) == (Status.PENDING, 0, None)
+        assert app.executions(task.id) == []
+    worker._pool.shutdown()
+
+
+def test_node_row_is_registered_while_running_and_removed_after(app: App) -> None:
+    node = Node(app, concurrency=3)
+    [row] = app.nodes()
+    assert row.id == node.worker.node_id and row.capacity == 3
+    node.stop()
+    assert app.nodes() == []
+
+
+def test_wakes_at_once_when_this_process_schedules(sqlite_url: str) -> None:
+    """A long poll interval does not delay a task scheduled in the node's own process."""
+    app = App(sqlite_url, poll_interval=30.0, heartbeat=0.5, lease=5.0)
+    done = threading.Event()
+
+    @app.task(name="t.flag")
+    def flag(ctx: Context) -> None:
+        done.set()
+
+    node = Node(app)
+    wait_for(lambda: app.nodes())
+    app.schedule("t.flag")
+    assert done.wait(10)  # far below the 30 s poll interval
+    node.stop()
+    app.close()
+
+
+def test_recurring_slots_after_downtime_collapse_to_the_latest(app: App) -> None:
+    start = app.store.now() - timedelta(hours=1)
+    task = app.schedule("t.record", every=60, at=start)
+    node = Node(app)
+    wait_for(lambda: app.get(task.id).run_count >= 2)
+    node.stop()
+    slots = [s for (_, s, _, _) in app.seen]  # type: ignore[attr-defined]
+    # the overdue first slot runs late once, then the backlog collapses to the latest slot
+    assert slots[0] == start
+    assert slots[1] == start + timedelta(minutes=60)
+    assert app.get(task.id).scheduled_at == start + timedelta(minutes=61)
