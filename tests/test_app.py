@@ -161,7 +161,7 @@ def test_bad_input_names_field_and_value_and_stores_nothing(
 
 
 def test_unknown_task_name_and_unregistered_function(app: App) -> None:
-    with pytest.raises(UnknownTask, match="name='nope.task'"):
+    with pytest.raises(UnknownTask, match=r"name='nope\.task'"):
         app.schedule("nope.task")
 
     def stranger(ctx: Context) -> None: ...
@@ -192,5 +192,5 @@ def test_app_reads_tickwork_db_and_defaults_to_local_file(
 def test_same_name_for_two_functions_is_refused(app: App) -> None:
     def other(ctx: Context) -> None: ...
 
-    with pytest.raises(InvalidInput, match="name='reports.daily'"):
+    with pytest.raises(InvalidInput, match=r"name='reports\.daily'"):
         app.task(name="reports.daily")(other)

@@ -130,7 +130,7 @@ def test_trigger_runs_a_recurring_task_now_without_consuming_its_slot(app: App) 
     after = app.get(task.id)
     assert after.status is Status.PENDING and not after.triggered
     assert after.scheduled_at == task.scheduled_at  # the nominal slot is still ahead
-    [(task_id, scheduled_for, attempt, fence)] = app.seen  # type: ignore[attr-defined]
+    [(_, scheduled_for, _, _)] = app.seen  # type: ignore[attr-defined]
     assert scheduled_for == triggered.next_run_at and scheduled_for < task.scheduled_at
 
 
