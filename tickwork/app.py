@@ -44,7 +44,7 @@ class App:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         clock: Clock = utcnow,
     ) -> None:
-        self.url = url or os.environ.get("TICKWORK_DB") or DEFAULT_URL
+        self._url = url
         self.lease = _positive("lease", lease)
         self.heartbeat = _positive("heartbeat", heartbeat)
         if self.heartbeat >= self.lease:
@@ -63,25 +63,33 @@ class App:
         self.wakeup = threading.Event()
         """Set when this process schedules or triggers something, to wake a local node."""
         self._store: Store | None = None
+        self._opened_url: str | None = None
         self._store_lock = threading.Lock()
 
     # -- store --------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The database URL: the one given, else ``TICKWORK_DB`` when the store is
+        opened (so ``tickwork --db`` applies to apps imported earlier), else the default."""
+        return self._opened_url or self._url or os.environ.get("TICKWORK_DB") or DEFAULT_URL
 
     @property
     def store(self) -> Store:
         """The store, opened and migrated to the latest schema on first use."""
         with self._store_lock:
             if self._store is None:
-                store = open_store(self.url, clock=self.clock)
+                url = self.url
+                store = open_store(url, clock=self.clock)
                 store.migrate()
-                self._store = store
+                self._store, self._opened_url = store, url
             return self._store
 
     def close(self) -> None:
         with self._store_lock:
             if self._store is not None:
                 self._store.close()
-                self._store = None
+                self._store, self._opened_url = None, None
 
     # -- registration ---------------------------------------------------------------------
 

@@ -1,0 +1,105 @@
+"""The command line, driven as a user drives it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from tests.apps.basic import app as basic_app
+from tests.workers import ROOT
+from tickwork import App, Status
+from tickwork import cli
+from tickwork.cli import main
+
+APP = "tests.apps.basic:app"
+
+
+@pytest.fixture
+def run(sqlite_url: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("TICKWORK_DB", sqlite_url)
+    monkeypatch.setattr(cli, "console", Console(width=200))
+    basic_app.close()  # the imported app re-reads TICKWORK_DB when it next opens its store
+    runner = CliRunner()
+
+    def invoke(*args: str, ok: bool = True) -> str:
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+        assert (result.exit_code == 0) is ok, result.output
+        return result.output
+
+    return invoke
+
+
+def test_schedule_list_show_and_manage(run, sqlite_url: str) -> None:  # type: ignore[no-untyped-def]
+    out = run("schedule", APP, "test.record", "--cron", "30 2 * * *", "--timezone", "Europe/Berlin")
+    assert "scheduled task 1 (test.record)" in out
+    run("schedule", APP, "test.slow", "--kwargs", '{"seconds": 1}', "--delay", "60")
+    listing = run("tasks", "list")
+    assert "test.record" in listing and "cron 30 2 * * *" in listing and "test.slow" in listing
+    shown = run("tasks", "show", "1")
+    assert "Europe/Berlin" in shown and "next fire times" in shown
+    assert run("tasks", "pause", "1").strip() == "task 1: PAUSED"
+    assert "cannot trigger a task that is PAUSED" in run("tasks", "trigger", "1", ok=False)
+    assert run("tasks", "resume", "1").strip() == "task 1: PENDING"
+    assert "due now" in run("tasks", "trigger", "2")
+    assert "CANCELLED" in run("tasks", "cancel", "2")
+    app = App(sqlite_url)
+    assert app.get(1).status is Status.PENDING and app.get(2).status is Status.CANCELLED
+    app.close()
+
+
+def test_schedule_errors_are_one_line_messages(run) -> None:  # type: ignore[no-untyped-def]
+    out = run("schedule", APP, "test.record", "--cron", "61 * * * *", ok=False)
+    assert "cron='61 * * * *'" in out and "Traceback" not in out
+    assert "kwargs=" in run("schedule", APP, "test.record", "--kwargs", "{nope", ok=False)
+    assert "name='no.such.task'" in run("schedule", APP, "no.such.task", ok=False)
+    assert "timezone-aware" in run("schedule", APP, "test.record", "--at", "2030-01-01T09:00:00", ok=False)
+    assert "task_id=42" in run("tasks", "show", "42", ok=False)
+    assert "APP='nomodule'" in run("schedule", "nomodule", "x", ok=False)
+
+
+def test_executions_and_db_upgrade(run, sqlite_url: str) -> None:  # type: ignore[no-untyped-def]
+    assert "schema at version 1" in run("db", "upgrade")
+    assert "schema at version 1" in run("db", "upgrade")  # idempotent
+    run("schedule", APP, "test.record")
+    assert "id" in run("executions", "1")
+
+
+def test_cron_explains_and_lists_fire_times(run) -> None:  # type: ignore[no-untyped-def]
+    out = run("cron", "30 2 * * *", "--timezone", "Europe/Berlin", "-n", "3")
+    assert "At 02:30 every day" in out
+    assert out.count("UTC)") == 3
+    assert "never fires" in run("cron", "0 0 31 2 *", ok=False)
+    assert "Mars/Olympus" in run("cron", "* * * * *", "--timezone", "Mars/Olympus", ok=False)
+
+
+def test_demo_runs_every_kind_of_task(tmp_path: Path) -> None:
+    db_path = tmp_path / "demo.db"
+    result = subprocess.run(
+        [sys.executable, "-m", "tickwork.cli", "demo", "--duration", "5", "--db-path", str(db_path)],
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "160"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    app = App(f"sqlite:///{db_path}")
+    runs = app.executions(limit=1000)
+    names = {app.get(e.task_id).name for e in runs if e.status.value == "COMPLETED"}
+    assert {"demo.send_welcome", "demo.heartbeat_check", "demo.flaky_sync"} <= names
+    flaky = [t for t in app.tasks() if t.name == "demo.flaky_sync"][0]
+    assert flaky.status is Status.COMPLETED
+    assert [e.status.value for e in sorted(app.executions(flaky.id), key=lambda e: e.attempt)] == [
+        "FAILED",
+        "FAILED",
+        "COMPLETED",
+    ]
+    assert "runs logged" in result.stdout
+    app.close()
