@@ -13,8 +13,7 @@ from rich.console import Console
 
 from tests.apps.basic import app as basic_app
 from tests.workers import ROOT
-from tickwork import App, Status
-from tickwork import cli
+from tickwork import App, Status, cli
 from tickwork.cli import main
 
 APP = "tests.apps.basic:app"
@@ -94,7 +93,7 @@ def test_demo_runs_every_kind_of_task(tmp_path: Path) -> None:
     runs = app.executions(limit=1000)
     names = {app.get(e.task_id).name for e in runs if e.status.value == "COMPLETED"}
     assert {"demo.send_welcome", "demo.heartbeat_check", "demo.flaky_sync"} <= names
-    flaky = [t for t in app.tasks() if t.name == "demo.flaky_sync"][0]
+    flaky = next(t for t in app.tasks() if t.name == "demo.flaky_sync")
     assert flaky.status is Status.COMPLETED
     assert [e.status.value for e in sorted(app.executions(flaky.id), key=lambda e: e.attempt)] == [
         "FAILED",
