@@ -55,8 +55,10 @@ RETURNING id, cancel_requested;
 -- name: settle_task
 -- Apply the policy's decision for an ended run. :expired_before is NULL for the
 -- owner itself; the reconciler passes now so that a renewal landing first wins.
+-- A cancel requested while the run was going wins over the decision, even one made
+-- from a snapshot taken before the request.
 UPDATE tickwork_tasks
-SET status = :task_status, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
+SET status = CASE WHEN cancel_requested = 1 THEN 'CANCELLED' ELSE :task_status END, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
     attempt = :attempt, triggered = :triggered, run_count = run_count + 1,
     last_status = :status, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
@@ -137,7 +139,8 @@ RETURNING *;
 -- name: upsert_node
 INSERT INTO tickwork_nodes (id, host, pid, started_at, heartbeat_at, capacity, running)
 VALUES (:id, :host, :pid, :started_at, :now, :capacity, :running)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, capacity = excluded.capacity;
+ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,
+    heartbeat_at = excluded.heartbeat_at, capacity = excluded.capacity, running = excluded.running;
 
 -- name: node_heartbeat
 UPDATE tickwork_nodes SET heartbeat_at = :now, running = :running WHERE id = :id;

@@ -1,0 +1,1252 @@
+"""The store contract (tickwork/store/base.py): every store must pass this suite.
+
+Only the ``store`` / ``store_url`` fixtures are used, so the same tests run against every
+store kind the fixtures are parametrised over. Time is the store's clock
+(``store.now()``): due tasks are due 10 s in the past, not-due ones 1 h in the future,
+and lease expiry is awaited by polling ``store.expired`` with a deadline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for
+from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
+from tickwork.reconciler import reconcile
+from tickwork.schedules import outcome_of
+from tickwork.store import Claim, NewTask, Renewal, Store, open_store
+
+NAME = "contract.job"
+OTHER = "contract.other"
+LEASE = 30.0
+TINY_LEASE = 0.05
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def at(store: Store, seconds: float) -> datetime:
+    """A time ``seconds`` from the store's now."""
+    return store.now() + timedelta(seconds=seconds)
+
+
+def one_time(store: Store, *, name: str = NAME, offset: float = -10.0, **fields: Any) -> NewTask:
+    when = at(store, offset)
+    return NewTask(
+        name=name,
+        args=fields.pop("args", []),
+        kwargs=fields.pop("kwargs", {}),
+        kind=Kind.ONE_TIME,
+        scheduled_at=fields.pop("scheduled_at", when),
+        next_run_at=fields.pop("next_run_at", when),
+        **fields,
+    )
+
+
+def recurring(
+    store: Store, *, name: str = NAME, offset: float = -10.0, interval: float = 60.0, **fields: Any
+) -> NewTask:
+    when = at(store, offset)
+    return NewTask(
+        name=name,
+        args=fields.pop("args", []),
+        kwargs=fields.pop("kwargs", {}),
+        kind=Kind.RECURRING,
+        scheduled_at=fields.pop("scheduled_at", when),
+        next_run_at=fields.pop("next_run_at", when),
+        interval=interval,
+        **fields,
+    )
+
+
+def insert_one(store: Store, new: NewTask) -> Task:
+    [task] = store.insert_tasks([new])
+    return task
+
+
+def claim_one(store: Store, node: str = "node-a", *, lease: float = LEASE, names: Sequence[str] = (NAME,)) -> Claim:
+    claims = store.claim(node, list(names), 1, lease)
+    assert len(claims) == 1, claims
+    return claims[0]
+
+
+def get(store: Store, task_id: int) -> Task:
+    task = store.get_task(task_id)
+    assert task is not None
+    return task
+
+
+def executions_of(store: Store, task_id: int) -> list[Execution]:
+    return store.list_executions(task_id=task_id, limit=1000)
+
+
+def execution(store: Store, execution_id: int) -> Execution:
+    found = [e for e in store.list_executions(limit=10_000) if e.id == execution_id]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def all_tasks(store: Store) -> list[Task]:
+    return store.list_tasks(limit=10_000)
+
+
+def is_utc(value: datetime) -> bool:
+    return value.utcoffset() == timedelta(0)
+
+
+def expired_claim_for(store: Store, task_id: int) -> Claim:
+    """Wait, with a deadline, until the store reports the run of ``task_id`` as expired."""
+    found = wait_for(lambda: [c for c in store.expired(100) if c.task.id == task_id], timeout=10)
+    assert isinstance(found, list)
+    return found[0]
+
+
+# -- migrate ----------------------------------------------------------------------------
+
+
+def test_migrate_is_idempotent(store: Store) -> None:
+    first = store.migrate()
+    second = store.migrate()
+    assert isinstance(first, int)
+    assert first >= 1
+    assert first == second
+    # the schema still works after the repeated migration
+    task = insert_one(store, one_time(store))
+    assert get(store, task.id) == task
+
+
+def test_concurrent_migrate_from_many_store_objects(store_url: str) -> None:
+    n = 4
+    stores = [open_store(store_url) for _ in range(n)]
+    barrier = threading.Barrier(n)
+    versions: list[int] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run(s: Store) -> None:
+        try:
+            barrier.wait(timeout=10)
+            version = s.migrate()
+            with lock:
+                versions.append(version)
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in stores]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == []
+        assert len(versions) == n
+        assert len(set(versions)) == 1
+        assert stores[0].migrate() == versions[0]
+        task = insert_one(stores[1], one_time(stores[1]))
+        assert get(stores[2], task.id) == task
+    finally:
+        for s in stores:
+            s.close()
+
+
+# -- insert_tasks ------------------------------------------------------------------------
+
+
+def test_insert_tasks_round_trips_every_field(store: Store) -> None:
+    ist = timezone(timedelta(hours=5, minutes=30))
+    scheduled = datetime(2031, 5, 17, 13, 45, 12, 345678, tzinfo=ist)
+    nested_kwargs = {
+        "to": "zoë@例え.jp",
+        "emoji": "🚀 ✓",
+        "nested": {"list": [1, 2.5, None, True, False, {"deep": ["x", {"y": []}]}], "empty": {}},
+        "big": 2**53 + 1,
+        "neg": -7,
+        "quote": 'he said "hi"\\n',
+    }
+    cron_task = NewTask(
+        name=NAME,
+        args=[1, "zwei", ["drei", {"vier": 4}], None, 3.25, "ünïcødé"],
+        kwargs=nested_kwargs,
+        kind=Kind.RECURRING,
+        scheduled_at=scheduled,
+        next_run_at=scheduled + timedelta(microseconds=1),
+        key="round-trip-key",
+        cron="30 9 * * 1-5",
+        timezone="Europe/Berlin",
+        misfire=Misfire.CATCHUP,
+        misfire_grace=12.5,
+        jitter=7.25,
+        timeout=42.5,
+        max_retries=3,
+        retry_backoff=2.5,
+        priority=-4,
+    )
+    interval_task = NewTask(
+        name=OTHER,
+        args=[],
+        kwargs={},
+        kind=Kind.RECURRING,
+        scheduled_at=datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        next_run_at=datetime(2000, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+        interval=0.25,
+        misfire=Misfire.SKIP,
+    )
+    plain = one_time(store, name=NAME, offset=3600)
+    before = store.now()
+    inserted = store.insert_tasks([cron_task, interval_task, plain])
+    after = store.now()
+
+    assert [t.name for t in inserted] == [NAME, OTHER, NAME]
+    assert len({t.id for t in inserted}) == 3
+    for task in inserted:
+        assert isinstance(task.id, int)
+        assert task.status is Status.PENDING
+        assert task.version == 0
+        assert task.attempt == 0
+        assert task.run_count == 0
+        assert task.last_status is None
+        assert task.lease_owner is None
+        assert task.lease_expires_at is None
+        assert task.cancel_requested is False
+        assert task.triggered is False
+        assert before <= task.created_at <= after
+        assert before <= task.updated_at <= after
+        assert get(store, task.id) == task  # what insert returns is what is stored
+
+    c, i, p = inserted
+    assert c.args == cron_task.args
+    assert c.kwargs == nested_kwargs
+    assert c.key == "round-trip-key"
+    assert c.kind is Kind.RECURRING
+    assert c.cron == "30 9 * * 1-5"
+    assert c.timezone == "Europe/Berlin"
+    assert c.interval is None
+    assert c.scheduled_at == scheduled
+    assert c.next_run_at == scheduled + timedelta(microseconds=1)
+    assert c.scheduled_at.microsecond == 345678  # exact, no rounding
+    assert is_utc(c.scheduled_at)
+    assert is_utc(c.next_run_at)
+    assert c.misfire is Misfire.CATCHUP
+    assert c.misfire_grace == 12.5
+    assert c.jitter == 7.25
+    assert c.timeout == 42.5
+    assert c.max_retries == 3
+    assert c.retry_backoff == 2.5
+    assert c.priority == -4
+
+    assert i.args == []
+    assert i.kwargs == {}
+    assert i.key is None
+    assert i.cron is None
+    assert i.timezone == "UTC"
+    assert i.interval == 0.25
+    assert i.scheduled_at == datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    assert i.next_run_at == datetime(2000, 1, 1, 0, 0, 0, 1, tzinfo=UTC)
+    assert i.misfire is Misfire.SKIP
+    assert i.timeout is None
+
+    assert p.kind is Kind.ONE_TIME
+    assert p.scheduled_at == plain.scheduled_at
+    assert p.misfire is Misfire.SINGLE_CATCHUP
+    assert p.misfire_grace == 60.0
+    assert p.jitter == 0.0
+    assert p.max_retries == 0
+    assert p.retry_backoff == 1.0
+    assert p.priority == 0
+
+
+def test_insert_empty_batch(store: Store) -> None:
+    assert store.insert_tasks([]) == []
+    assert all_tasks(store) == []
+
+
+def test_idempotency_key_returns_the_live_task(store: Store) -> None:
+    first = insert_one(store, one_time(store, key="daily", args=[1]))
+    again = insert_one(store, one_time(store, key="daily", args=[2], offset=3600))
+    assert again.id == first.id
+    assert again.args == [1]
+    assert again == get(store, first.id)
+    assert [t.id for t in all_tasks(store)] == [first.id]
+
+    # a key held by a PAUSED task and by a RUNNING task is still held
+    store.pause(first.id)
+    assert insert_one(store, one_time(store, key="daily")).id == first.id
+    store.resume(first.id)
+    claim_one(store)
+    assert get(store, first.id).status is Status.RUNNING
+    assert insert_one(store, one_time(store, key="daily")).id == first.id
+    assert len(all_tasks(store)) == 1
+
+    # a different key is a different task
+    other = insert_one(store, one_time(store, key="weekly"))
+    assert other.id != first.id
+    assert len(all_tasks(store)) == 2
+
+
+def test_idempotency_key_within_one_batch(store: Store) -> None:
+    a, b, c = store.insert_tasks(
+        [one_time(store, key="k", args=["a"]), one_time(store), one_time(store, key="k", args=["c"])]
+    )
+    assert c.id == a.id
+    assert c.args == ["a"]
+    assert b.id != a.id
+    assert sorted(t.id for t in all_tasks(store)) == sorted({a.id, b.id})
+
+
+@pytest.mark.parametrize("end", ["cancelled", "completed", "failed"])
+def test_idempotency_key_is_reusable_after_the_task_is_terminal(store: Store, end: str) -> None:
+    first = insert_one(store, one_time(store, key="once"))
+    if end == "cancelled":
+        assert store.cancel(first.id) is not None
+    else:
+        c = claim_one(store)
+        status = ExecutionStatus.COMPLETED if end == "completed" else ExecutionStatus.FAILED
+        assert store.finish("node-a", [outcome_of(c, status, store.now())]) == [True]
+    assert get(store, first.id).status.is_terminal
+
+    second = insert_one(store, one_time(store, key="once", args=["new"]))
+    assert second.id != first.id
+    assert second.status is Status.PENDING
+    assert second.args == ["new"]
+    assert second.key == "once"
+    # and the new live task now holds the key
+    assert insert_one(store, one_time(store, key="once")).id == second.id
+    assert len(all_tasks(store)) == 2
+
+
+# -- next_due_at ---------------------------------------------------------------------------
+
+
+def test_next_due_at_is_none_without_pending_tasks(store: Store) -> None:
+    assert store.next_due_at([NAME]) is None
+    insert_one(store, one_time(store, name=OTHER))
+    assert store.next_due_at([NAME]) is None
+
+
+def test_next_due_at_earliest_pending_among_given_names(store: Store) -> None:
+    later = insert_one(store, one_time(store, offset=100))
+    soon = insert_one(store, one_time(store, offset=50))
+    paused = insert_one(store, one_time(store, offset=-500))
+    cancelled = insert_one(store, one_time(store, offset=-600))
+    running = insert_one(store, one_time(store, offset=-700))
+    other = insert_one(store, one_time(store, name=OTHER, offset=-1000))
+    store.pause(paused.id)
+    store.cancel(cancelled.id)
+    c = claim_one(store)
+    assert c.task.id == running.id
+
+    assert store.next_due_at([NAME]) == soon.next_run_at
+    assert store.next_due_at([NAME, OTHER]) == other.next_run_at
+    assert store.next_due_at([OTHER]) == other.next_run_at
+    assert store.next_due_at(["nobody.registered"]) is None
+
+    store.cancel(soon.id)
+    assert store.next_due_at([NAME]) == later.next_run_at
+    store.resume(paused.id)
+    assert store.next_due_at([NAME]) == paused.next_run_at
+
+
+# -- claim ------------------------------------------------------------------------------------
+
+
+def test_claim_sets_lease_and_logs_a_running_execution(store: Store) -> None:
+    scheduled = at(store, -10)
+    new = one_time(store, scheduled_at=scheduled, next_run_at=scheduled + timedelta(seconds=3), args=["x"])
+    task = insert_one(store, new)
+    before = store.now()
+    claims = store.claim("node-a", [NAME], 5, LEASE)
+    after = store.now()
+
+    assert len(claims) == 1
+    c = claims[0]
+    assert c.task.id == task.id
+    assert c.task.version == task.version + 1
+    assert c.fence == c.task.version
+    assert c.task.status is Status.RUNNING
+    assert c.task.lease_owner == "node-a"
+    assert c.task.lease_expires_at is not None
+    assert before + timedelta(seconds=LEASE) <= c.task.lease_expires_at <= after + timedelta(seconds=LEASE)
+    assert c.task.attempt == 1
+    assert c.task.args == ["x"]
+    assert c.scheduled_for == scheduled  # the nominal slot, not next_run_at
+    assert get(store, task.id) == c.task
+
+    [e] = executions_of(store, task.id)
+    assert e.id == c.execution_id
+    assert e.task_id == task.id
+    assert e.status is ExecutionStatus.RUNNING
+    assert e.fence == c.task.version
+    assert e.node == "node-a"
+    assert e.attempt == 1
+    assert e.scheduled_for == scheduled
+    assert e.started_at is not None
+    assert before <= e.started_at <= after
+    assert e.finished_at is None
+    assert e.error is None
+    assert e.result is None
+
+    # claimed once: nothing left to claim, and the claim changed nothing more
+    assert store.claim("node-a", [NAME], 5, LEASE) == []
+    assert store.claim("node-b", [NAME], 5, LEASE) == []
+    assert get(store, task.id) == c.task
+    assert len(executions_of(store, task.id)) == 1
+
+
+def test_claim_only_due_tasks_with_given_names(store: Store) -> None:
+    due = insert_one(store, one_time(store))
+    future = insert_one(store, one_time(store, offset=3600))
+    other = insert_one(store, one_time(store, name=OTHER))
+
+    assert store.claim("node-a", [NAME], 0, LEASE) == []
+    assert store.claim("node-a", [], 10, LEASE) == []
+    assert store.claim("node-a", ["nobody.registered"], 10, LEASE) == []
+
+    claims = store.claim("node-a", [NAME], 10, LEASE)
+    assert [c.task.id for c in claims] == [due.id]
+    claims = store.claim("node-a", [NAME, OTHER], 10, LEASE)
+    assert [c.task.id for c in claims] == [other.id]
+    assert store.claim("node-a", [NAME, OTHER], 10, LEASE) == []
+    assert [t.id for t in store.list_tasks(status=Status.PENDING)] == [future.id]
+
+
+def test_claim_respects_limit(store: Store) -> None:
+    tasks = store.insert_tasks([one_time(store) for _ in range(7)])
+    first = store.claim("node-a", [NAME], 3, LEASE)
+    assert len(first) == 3
+    second = store.claim("node-a", [NAME], 3, LEASE)
+    assert len(second) == 3
+    third = store.claim("node-a", [NAME], 3, LEASE)
+    assert len(third) == 1
+    assert store.claim("node-a", [NAME], 3, LEASE) == []
+    claimed = [c.task.id for c in first + second + third]
+    assert sorted(claimed) == sorted(t.id for t in tasks)
+
+
+def test_claim_order_priority_first_then_oldest_due(store: Store) -> None:
+    low_old = insert_one(store, one_time(store, offset=-30, priority=0))
+    low_new = insert_one(store, one_time(store, offset=-20, priority=0))
+    high_new = insert_one(store, one_time(store, offset=-5, priority=5))
+    high_old = insert_one(store, one_time(store, offset=-15, priority=5))
+    insert_one(store, one_time(store, offset=3600, priority=100))  # not due, whatever its priority
+    negative = insert_one(store, one_time(store, offset=-1000, priority=-1))
+    insert_one(store, one_time(store, name=OTHER, priority=1000))  # another name
+
+    two = store.claim("node-a", [NAME], 2, LEASE)
+    assert {c.task.id for c in two} == {high_old.id, high_new.id}
+    order = [claim_one(store).task.id for _ in range(3)]
+    assert order == [low_old.id, low_new.id, negative.id]
+    assert store.claim("node-a", [NAME], 10, LEASE) == []
+
+
+def test_each_claim_bumps_version_by_exactly_one(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    assert store.pause(task.id) is not None
+    resumed = store.resume(task.id)
+    assert resumed is not None
+    assert resumed.status is Status.PENDING
+    base = resumed.version
+
+    c1 = claim_one(store, "node-a")
+    assert c1.task.version == base + 1
+    assert store.release("node-a", [c1]) == 1
+    c2 = claim_one(store, "node-b")
+    assert c2.task.version == base + 2
+    assert c2.task.attempt == 1
+    assert c2.task.lease_owner == "node-b"
+    [e] = executions_of(store, task.id)
+    assert e.fence == c2.fence
+    assert e.node == "node-b"
+
+
+# -- claim races ---------------------------------------------------------------------------------
+
+RACE_TASKS = 300
+
+
+def _claim_until_empty(s: Store, node: str, deadline: float, batch: int = 5) -> list[int]:
+    ids: list[int] = []
+    while time.monotonic() < deadline:
+        claims = s.claim(node, [NAME], batch, 60.0)
+        ids.extend(c.task.id for c in claims)
+        if not claims and not s.list_tasks(status=Status.PENDING, name=NAME, limit=1):
+            return ids
+    raise AssertionError(f"{node}: still claiming at the deadline")
+
+
+def _assert_claimed_exactly_once(store: Store, task_ids: list[int], claimed: list[int]) -> None:
+    counts = Counter(claimed)
+    duplicates = {tid: n for tid, n in counts.items() if n > 1}
+    assert duplicates == {}
+    assert sorted(counts) == sorted(task_ids)
+    tasks = all_tasks(store)
+    assert all(t.status is Status.RUNNING and t.version == 1 and t.attempt == 1 for t in tasks)
+    per_task = Counter(e.task_id for e in store.list_executions(limit=10_000))
+    assert per_task == Counter(task_ids)
+
+
+def test_claim_race_threads_each_task_claimed_once(store: Store, store_url: str) -> None:
+    tasks = store.insert_tasks([one_time(store) for _ in range(RACE_TASKS)])
+    n = 8
+    stores = []
+    try:
+        for _ in range(n):
+            s = open_store(store_url)
+            s.migrate()
+            stores.append(s)
+        barrier = threading.Barrier(n)
+        results: dict[str, list[int]] = {}
+        errors: list[BaseException] = []
+        deadline = time.monotonic() + 30
+
+        def run(s: Store, node: str) -> None:
+            try:
+                barrier.wait(timeout=10)
+                results[node] = _claim_until_empty(s, node, deadline)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(s, f"thread-node-{i}")) for i, s in enumerate(stores)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=40)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == []
+        assert len(results) == n
+        claimed = [tid for ids in results.values() for tid in ids]
+        _assert_claimed_exactly_once(store, [t.id for t in tasks], claimed)
+        owners = {t.id: t.lease_owner for t in all_tasks(store)}
+        for node, ids in results.items():
+            assert all(owners[tid] == node for tid in ids)
+    finally:
+        for s in stores:
+            s.close()
+
+
+def _claim_in_process(url: str, node: str, barrier: Any, results: Any) -> None:
+    """Runs in a spawned process: its own store, claims until none are left."""
+    try:
+        s = open_store(url)
+        s.migrate()
+        barrier.wait(timeout=30)
+        ids = _claim_until_empty(s, node, time.monotonic() + 30)
+        s.close()
+        results.put((node, ids, None))
+    except BaseException as exc:
+        results.put((node, [], repr(exc)))
+
+
+@pytest.mark.timeout(90)
+def test_claim_race_processes_each_task_claimed_once(store: Store, store_url: str) -> None:
+    tasks = store.insert_tasks([one_time(store) for _ in range(RACE_TASKS)])
+    ctx = multiprocessing.get_context("spawn")
+    n = 4
+    barrier = ctx.Barrier(n)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_claim_in_process, args=(store_url, f"proc-node-{i}", barrier, results), daemon=True)
+        for i in range(n)
+    ]
+    reported: dict[str, list[int]] = {}
+    try:
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + 60
+        while len(reported) < n:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"only {len(reported)} of {n} processes reported in time"
+            try:
+                node, ids, error = results.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            assert error is None, f"{node}: {error}"
+            reported[node] = ids
+        for p in procs:
+            p.join(timeout=10)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+    claimed = [tid for ids in reported.values() for tid in ids]
+    _assert_claimed_exactly_once(store, [t.id for t in tasks], claimed)
+    owners = {t.id: t.lease_owner for t in all_tasks(store)}
+    for node, ids in reported.items():
+        assert all(owners[tid] == node for tid in ids)
+
+
+# -- renew ------------------------------------------------------------------------------------------
+
+
+def test_renew_extends_owned_leases_only(store: Store) -> None:
+    t1, t2 = store.insert_tasks([one_time(store), one_time(store)])
+    c1, c2 = sorted(store.claim("node-a", [NAME], 2, LEASE), key=lambda c: c.task.id)
+    assert store.renew("node-a", [], 100) == []
+
+    before = store.now()
+    renewed = store.renew("node-a", [(t1.id, c1.fence)], 300)
+    after = store.now()
+    assert renewed == [Renewal(t1.id, False)]
+    lease = get(store, t1.id).lease_expires_at
+    assert lease is not None
+    assert before + timedelta(seconds=300) <= lease <= after + timedelta(seconds=300)
+
+    snapshot = get(store, t2.id)
+    assert store.renew("node-a", [(t2.id, c2.fence - 1)], 300) == []  # stale fence
+    assert store.renew("node-a", [(t2.id, c2.fence + 1)], 300) == []  # future fence
+    assert store.renew("node-b", [(t2.id, c2.fence)], 300) == []  # not the owner
+    assert store.renew("node-a", [(999_999, 1)], 300) == []  # unknown task
+    assert get(store, t2.id) == snapshot
+
+    mixed = store.renew("node-a", [(t1.id, c1.fence), (t2.id, c2.fence - 1), (t2.id, c2.fence)], 60)
+    assert sorted(r.task_id for r in mixed) == [t1.id, t2.id]
+    assert [r.task_id for r in mixed].count(t2.id) == 1
+
+
+def test_renew_reports_cancel_requested(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store)
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, False)]
+    cancelled = store.cancel(task.id)
+    assert cancelled is not None
+    assert cancelled.status is Status.RUNNING
+    assert cancelled.cancel_requested is True
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, True)]
+
+
+def test_renew_of_a_finished_run_returns_nothing(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store)
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    snapshot = get(store, task.id)
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == []
+    assert get(store, task.id) == snapshot
+
+
+# -- finish ----------------------------------------------------------------------------------------------
+
+
+def test_finish_one_time_completed(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store)
+    result = {"sent": ["zoë@例え.jp"], "n": 2, "nested": {"ok": True, "v": None}}
+    before = store.now()
+    outcome = outcome_of(c, ExecutionStatus.COMPLETED, store.now(), result=result, note="fine")
+    assert store.finish("node-a", [outcome]) == [True]
+    after = store.now()
+
+    done = get(store, task.id)
+    assert done.status is Status.COMPLETED
+    assert done.lease_owner is None
+    assert done.lease_expires_at is None
+    assert done.run_count == 1
+    assert done.last_status is ExecutionStatus.COMPLETED
+    assert done.attempt == 1
+    assert done.version == c.fence
+
+    e = execution(store, c.execution_id)
+    assert e.status is ExecutionStatus.COMPLETED
+    assert e.result == result
+    assert e.error is None
+    assert e.note == "fine"
+    assert e.finished_at is not None
+    assert before <= e.finished_at <= after
+    assert e.fence == c.fence
+    assert e.node == "node-a"
+
+    # a second finish of the same claim is stale and changes nothing
+    again = outcome_of(c, ExecutionStatus.FAILED, store.now(), error=ErrorInfo("Late", "late"))
+    assert store.finish("node-a", [again]) == [False]
+    assert get(store, task.id) == done
+    assert execution(store, c.execution_id) == e
+    assert store.claim("node-a", [NAME], 5, LEASE) == []
+
+
+def test_finish_one_time_failed_without_retries(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store)
+    error = ErrorInfo("ValueError", "bad input: ünïcødé", "Traceback (most recent call last):\n  ...\nValueError")
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.FAILED, store.now(), error=error)]) == [True]
+    failed = get(store, task.id)
+    assert failed.status is Status.FAILED
+    assert failed.last_status is ExecutionStatus.FAILED
+    assert failed.run_count == 1
+    assert failed.lease_owner is None
+    e = execution(store, c.execution_id)
+    assert e.status is ExecutionStatus.FAILED
+    assert e.error == error
+    assert e.result is None
+    assert store.claim("node-a", [NAME], 5, LEASE) == []
+
+
+def test_finish_failed_with_retries_left_goes_back_to_pending(store: Store) -> None:
+    task = insert_one(store, one_time(store, max_retries=2, retry_backoff=60.0))
+    c = claim_one(store)
+    now = store.now()
+    outcome = outcome_of(c, ExecutionStatus.FAILED, now, error=ErrorInfo("E", "boom"))
+    assert store.finish("node-a", [outcome]) == [True]
+    retry = get(store, task.id)
+    assert retry.status is Status.PENDING
+    assert retry.next_run_at == now + timedelta(seconds=60)
+    assert retry.scheduled_at == task.scheduled_at
+    assert retry.attempt == 1
+    assert retry.run_count == 1
+    assert retry.last_status is ExecutionStatus.FAILED
+    assert retry.lease_owner is None
+    assert retry.lease_expires_at is None
+    assert store.claim("node-a", [NAME], 5, LEASE) == []  # not due until the backoff passed
+    assert store.next_due_at([NAME]) == now + timedelta(seconds=60)
+
+
+def test_finish_recurring_interval_moves_to_next_slot(store: Store) -> None:
+    task = insert_one(store, recurring(store, interval=60.0))
+    c = claim_one(store)
+    assert c.scheduled_for == task.scheduled_at
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now(), result=[1])]) == [True]
+    nxt = get(store, task.id)
+    assert nxt.status is Status.PENDING
+    assert nxt.scheduled_at == task.scheduled_at + timedelta(seconds=60)
+    assert nxt.next_run_at == nxt.scheduled_at
+    assert nxt.attempt == 0
+    assert nxt.run_count == 1
+    assert nxt.last_status is ExecutionStatus.COMPLETED
+    assert nxt.lease_owner is None
+    assert nxt.lease_expires_at is None
+    assert nxt.triggered is False
+    e = execution(store, c.execution_id)
+    assert e.status is ExecutionStatus.COMPLETED
+    assert e.result == [1]
+    assert store.next_due_at([NAME]) == nxt.next_run_at
+    assert store.claim("node-a", [NAME], 5, LEASE) == []  # next slot is in the future
+
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now())]) == [False]
+    assert get(store, task.id) == nxt
+
+
+def test_finish_with_wrong_node_or_stale_fence_is_rejected(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store)
+    snapshot = get(store, task.id)
+    outcome = outcome_of(c, ExecutionStatus.COMPLETED, store.now())
+
+    assert store.finish("node-b", [outcome]) == [False]
+    assert store.finish("node-a", [dataclasses.replace(outcome, fence=c.fence - 1)]) == [False]
+    assert store.finish("node-a", [dataclasses.replace(outcome, fence=c.fence + 1)]) == [False]
+    assert get(store, task.id) == snapshot
+    assert execution(store, c.execution_id).status is ExecutionStatus.RUNNING
+
+    assert store.finish("node-a", [outcome]) == [True]
+    assert get(store, task.id).status is Status.COMPLETED
+
+
+def test_finish_batch_reports_each_outcome(store: Store) -> None:
+    store.insert_tasks([one_time(store), one_time(store)])
+    c1, c2 = sorted(store.claim("node-a", [NAME], 2, LEASE), key=lambda c: c.task.id)
+    now = store.now()
+    good = outcome_of(c1, ExecutionStatus.COMPLETED, now)
+    stale = dataclasses.replace(outcome_of(c2, ExecutionStatus.COMPLETED, now), fence=c2.fence - 1)
+    assert store.finish("node-a", [stale, good]) == [False, True]
+    assert get(store, c1.task.id).status is Status.COMPLETED
+    assert get(store, c2.task.id).status is Status.RUNNING
+    assert store.finish("node-a", []) == []
+
+
+def test_finish_of_an_old_claim_does_not_touch_the_next_run(store: Store) -> None:
+    task = insert_one(store, recurring(store, interval=0.001, misfire_grace=3600.0))
+    c1 = claim_one(store)
+    assert store.finish("node-a", [outcome_of(c1, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    c2 = claim_one(store)  # the next slot is already due; same node claims it again
+    assert c2.fence == c1.fence + 1
+    snapshot = get(store, task.id)
+    old = outcome_of(c1, ExecutionStatus.FAILED, store.now(), error=ErrorInfo("Late", "late"))
+    assert store.finish("node-a", [old]) == [False]
+    assert get(store, task.id) == snapshot
+    assert execution(store, c2.execution_id).status is ExecutionStatus.RUNNING
+    assert execution(store, c1.execution_id).status is ExecutionStatus.COMPLETED
+
+
+@pytest.mark.parametrize("kind", ["recurring-completed", "one-time-failed-with-retries"])
+def test_cancel_requested_during_a_run_is_not_lost_by_finish(store: Store, kind: str) -> None:
+    """cancel() on a RUNNING task promises the run ends CANCELLED. The node builds its
+    outcome from the claim (it may not have seen the request yet: it arrives with the
+    next renewal); finishing that outcome must not put the task back in the queue."""
+    if kind == "recurring-completed":
+        task = insert_one(store, recurring(store, interval=0.001, misfire_grace=3600.0))
+        status = ExecutionStatus.COMPLETED
+    else:
+        task = insert_one(store, one_time(store, max_retries=3, retry_backoff=0.001))
+        status = ExecutionStatus.FAILED
+    c = claim_one(store)
+    requested = store.cancel(task.id)
+    assert requested is not None
+    assert requested.cancel_requested is True
+    assert store.finish("node-a", [outcome_of(c, status, store.now(), error=None)]) == [True]
+    after = get(store, task.id)
+    assert after.status is Status.CANCELLED
+    assert store.claim("node-a", [NAME], 5, LEASE) == []
+
+
+# -- fencing race: lost lease, reap, late result ------------------------------------------------------
+
+
+def test_lost_lease_is_reaped_and_the_late_result_is_dropped(store: Store) -> None:
+    task = insert_one(store, one_time(store, max_retries=1, retry_backoff=0.01))
+    c = claim_one(store, "node-a", lease=TINY_LEASE)
+
+    lost = expired_claim_for(store, task.id)
+    assert lost.execution_id == c.execution_id
+    assert lost.fence == c.fence
+    assert lost.task.lease_owner == "node-a"
+    assert lost.scheduled_for == c.scheduled_for
+
+    reap_start = store.now()
+    assert reconcile(store) == 1
+    reap_end = store.now()
+    assert reconcile(store) == 0  # idempotent
+    assert store.expired(100) == []
+
+    reaped = get(store, task.id)
+    assert reaped.status is Status.PENDING  # one retry left
+    assert reaped.attempt == 1
+    assert reaped.run_count == 1
+    assert reaped.last_status is ExecutionStatus.FAILED
+    assert reaped.lease_owner is None
+    assert reaped.lease_expires_at is None
+    assert reap_start + timedelta(seconds=0.01) <= reaped.next_run_at <= reap_end + timedelta(seconds=0.01)
+    e = execution(store, c.execution_id)
+    assert e.status is ExecutionStatus.FAILED
+    assert e.note is not None
+    assert "lost" in e.note.lower()
+    assert e.error is not None
+    assert "lost" in e.error.message.lower()
+    assert e.finished_at is not None
+
+    # the original node comes back: its renewal and its result are stale
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == []
+    late = outcome_of(c, ExecutionStatus.COMPLETED, store.now(), result="late")
+    assert store.finish("node-a", [late]) == [False]
+    assert get(store, task.id) == reaped
+    assert execution(store, c.execution_id) == e
+
+    # another node takes the retry over under a new fence
+    found = wait_for(lambda: store.claim("node-b", [NAME], 1, LEASE), timeout=10)
+    assert isinstance(found, list)
+    [c2] = found
+    assert c2.task.id == task.id
+    assert c2.fence == c.fence + 1
+    assert c2.task.attempt == 2
+    assert c2.task.lease_owner == "node-b"
+    assert store.finish("node-a", [late]) == [False]
+    assert store.finish("node-b", [outcome_of(c2, ExecutionStatus.COMPLETED, store.now(), result="ok")]) == [True]
+    done = get(store, task.id)
+    assert done.status is Status.COMPLETED
+    assert done.run_count == 2
+    assert execution(store, c2.execution_id).result == "ok"
+    assert execution(store, c.execution_id) == e
+
+
+def test_lost_lease_without_retries_fails_the_one_time_task(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store, "node-a", lease=TINY_LEASE)
+    expired_claim_for(store, task.id)
+    assert reconcile(store) == 1
+    assert get(store, task.id).status is Status.FAILED
+    assert execution(store, c.execution_id).status is ExecutionStatus.FAILED
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now())]) == [False]
+    assert get(store, task.id).status is Status.FAILED
+
+
+def test_renewal_before_the_reap_wins(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store, "node-a", lease=TINY_LEASE)
+    stale = expired_claim_for(store, task.id)
+    # the slow node renews just before the reconciler writes
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, False)]
+    snapshot = get(store, task.id)
+    outcome = outcome_of(stale, ExecutionStatus.FAILED, store.now(), error=ErrorInfo("LeaseExpired", "lost"))
+    assert store.reap("node-a", [outcome]) == [False]
+    assert get(store, task.id) == snapshot
+    assert execution(store, c.execution_id).status is ExecutionStatus.RUNNING
+    assert store.expired(100) == []
+    assert reconcile(store) == 0
+    # the owner still holds the run and finishes it
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    assert get(store, task.id).status is Status.COMPLETED
+
+
+def test_reap_is_fenced(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store, "node-a", lease=LEASE)
+    outcome = outcome_of(c, ExecutionStatus.FAILED, store.now(), error=ErrorInfo("LeaseExpired", "lost"))
+    snapshot = get(store, task.id)
+    assert store.expired(100) == []
+    assert store.reap("node-a", [outcome]) == [False]  # lease not expired
+    assert get(store, task.id) == snapshot
+    assert execution(store, c.execution_id).status is ExecutionStatus.RUNNING
+
+
+def test_reap_with_wrong_owner_or_fence_is_rejected(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    claim_one(store, "node-a", lease=TINY_LEASE)
+    stale = expired_claim_for(store, task.id)
+    outcome = outcome_of(stale, ExecutionStatus.FAILED, store.now(), error=ErrorInfo("LeaseExpired", "lost"))
+    snapshot = get(store, task.id)
+    assert store.reap("node-b", [outcome]) == [False]
+    assert store.reap("node-a", [dataclasses.replace(outcome, fence=stale.fence - 1)]) == [False]
+    assert get(store, task.id) == snapshot
+    assert store.reap("node-a", [outcome]) == [True]
+    assert get(store, task.id).status is Status.FAILED
+    assert store.reap("node-a", [outcome]) == [False]
+
+
+def test_late_finish_of_an_expired_but_unreaped_run_is_applied(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store, "node-a", lease=TINY_LEASE)
+    expired_claim_for(store, task.id)
+    # nobody took the run over: the fence still matches, so the owner's result counts
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    assert get(store, task.id).status is Status.COMPLETED
+    assert store.expired(100) == []
+    assert reconcile(store) == 0
+    assert execution(store, c.execution_id).status is ExecutionStatus.COMPLETED
+
+
+# -- release -------------------------------------------------------------------------------------------------
+
+
+def test_release_gives_unstarted_claims_back(store: Store) -> None:
+    t1, t2 = store.insert_tasks([one_time(store), one_time(store)])
+    claims = sorted(store.claim("node-a", [NAME], 2, LEASE), key=lambda c: c.task.id)
+    assert store.release("node-a", []) == 0
+    assert store.release("node-a", claims) == 2
+    for c in claims:
+        back = get(store, c.task.id)
+        assert back.status is Status.PENDING
+        assert back.attempt == 0
+        assert back.lease_owner is None
+        assert back.lease_expires_at is None
+        assert back.run_count == 0
+        assert executions_of(store, c.task.id) == []
+    assert store.next_due_at([NAME]) == min(t1.next_run_at, t2.next_run_at)
+    again = store.claim("node-b", [NAME], 2, LEASE)
+    assert sorted(c.task.id for c in again) == [t1.id, t2.id]
+    assert all(c.task.attempt == 1 for c in again)
+    # the old claims are stale now
+    assert store.release("node-a", claims) == 0
+    assert all(get(store, c.task.id).lease_owner == "node-b" for c in again)
+
+
+def test_release_is_fenced(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store)
+    snapshot = get(store, task.id)
+    stale = dataclasses.replace(c, task=dataclasses.replace(c.task, version=c.fence - 1))
+    assert store.release("node-a", [stale]) == 0
+    assert store.release("node-b", [c]) == 0
+    assert get(store, task.id) == snapshot
+    assert [e.id for e in executions_of(store, task.id)] == [c.execution_id]
+
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    assert store.release("node-a", [c]) == 0
+    assert get(store, task.id).status is Status.COMPLETED
+    assert execution(store, c.execution_id).status is ExecutionStatus.COMPLETED
+
+
+def test_release_after_cancel_request_cancels(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store)
+    assert store.cancel(task.id) is not None
+    assert store.release("node-a", [c]) == 1
+    gone = get(store, task.id)
+    assert gone.status is Status.CANCELLED
+    assert gone.lease_owner is None
+    assert executions_of(store, task.id) == []
+    assert store.claim("node-a", [NAME], 5, LEASE) == []
+
+
+# -- cancel / pause / resume / trigger -------------------------------------------------------------------------
+
+
+def test_unknown_ids_return_none(store: Store) -> None:
+    assert store.get_task(424242) is None
+    assert store.cancel(424242) is None
+    assert store.pause(424242) is None
+    assert store.resume(424242) is None
+    assert store.trigger(424242) is None
+
+
+def test_cancel_pending_task(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    cancelled = store.cancel(task.id)
+    assert cancelled is not None
+    assert cancelled.status is Status.CANCELLED
+    assert cancelled.version == task.version + 1
+    assert get(store, task.id) == cancelled
+    assert store.claim("node-a", [NAME], 5, LEASE) == []
+    assert store.next_due_at([NAME]) is None
+    # terminal: cancel, pause, resume and trigger return it unchanged
+    assert store.cancel(task.id) == cancelled
+    assert store.pause(task.id) == cancelled
+    assert store.resume(task.id) == cancelled
+    assert store.trigger(task.id) == cancelled
+    assert get(store, task.id) == cancelled
+
+
+def test_cancel_paused_task(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    paused = store.pause(task.id)
+    assert paused is not None
+    cancelled = store.cancel(task.id)
+    assert cancelled is not None
+    assert cancelled.status is Status.CANCELLED
+    assert cancelled.version > paused.version
+    assert store.resume(task.id) == cancelled
+    assert store.claim("node-a", [NAME], 5, LEASE) == []
+
+
+def test_cancel_running_task_requests_cancellation(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store)
+    requested = store.cancel(task.id)
+    assert requested is not None
+    assert requested.status is Status.RUNNING
+    assert requested.cancel_requested is True
+    assert requested.version == c.fence  # the running node's fence stays valid
+    assert requested.lease_owner == "node-a"
+    assert get(store, task.id) == requested
+    assert execution(store, c.execution_id).status is ExecutionStatus.RUNNING
+    # the node sees it and ends the run CANCELLED
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, True)]
+    outcome = outcome_of(c, ExecutionStatus.CANCELLED, store.now(), note="cancelled")
+    assert store.finish("node-a", [outcome]) == [True]
+    assert get(store, task.id).status is Status.CANCELLED
+    assert execution(store, c.execution_id).status is ExecutionStatus.CANCELLED
+
+
+def test_pause_and_resume(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    paused = store.pause(task.id)
+    assert paused is not None
+    assert paused.status is Status.PAUSED
+    assert paused.version == task.version + 1
+    assert store.claim("node-a", [NAME], 5, LEASE) == []
+    assert store.next_due_at([NAME]) is None
+    assert store.pause(task.id) == paused  # already paused: unchanged
+    assert store.trigger(task.id) == paused  # only PENDING tasks are triggered
+
+    resumed = store.resume(task.id)
+    assert resumed is not None
+    assert resumed.status is Status.PENDING
+    assert resumed.version == paused.version + 1
+    assert resumed.next_run_at == task.next_run_at
+    assert store.resume(task.id) == resumed  # not paused: unchanged
+    c = claim_one(store)
+    assert c.task.id == task.id
+    assert c.task.version == resumed.version + 1
+
+
+def test_guards_leave_running_and_completed_tasks_unchanged(store: Store) -> None:
+    task = insert_one(store, one_time(store))
+    c = claim_one(store)
+    running = get(store, task.id)
+    assert store.pause(task.id) == running
+    assert store.resume(task.id) == running
+    assert store.trigger(task.id) == running
+    assert get(store, task.id) == running
+
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    completed = get(store, task.id)
+    assert completed.status is Status.COMPLETED
+    assert store.pause(task.id) == completed
+    assert store.resume(task.id) == completed
+    assert store.cancel(task.id) == completed
+    assert store.trigger(task.id) == completed
+    assert get(store, task.id) == completed
+
+
+def test_trigger_one_time_task_makes_it_due_now(store: Store) -> None:
+    task = insert_one(store, one_time(store, offset=3600))
+    assert store.claim("node-a", [NAME], 5, LEASE) == []
+    before = store.now()
+    triggered = store.trigger(task.id)
+    after = store.now()
+    assert triggered is not None
+    assert triggered.status is Status.PENDING
+    assert triggered.version == task.version + 1
+    assert before <= triggered.next_run_at <= after
+    assert triggered.scheduled_at == triggered.next_run_at  # its one slot moves to now
+    assert store.next_due_at([NAME]) == triggered.next_run_at
+    c = claim_one(store)
+    assert c.task.id == task.id
+    assert c.scheduled_for == triggered.next_run_at
+    assert execution(store, c.execution_id).scheduled_for == triggered.next_run_at
+
+
+def test_trigger_recurring_task_adds_a_run_without_consuming_the_slot(store: Store) -> None:
+    task = insert_one(store, recurring(store, offset=3600, interval=7200.0))
+    before = store.now()
+    triggered = store.trigger(task.id)
+    after = store.now()
+    assert triggered is not None
+    assert triggered.status is Status.PENDING
+    assert triggered.scheduled_at == task.scheduled_at
+    assert before <= triggered.next_run_at <= after
+    assert triggered.triggered is True
+
+    c = claim_one(store)
+    assert c.task.id == task.id
+    assert c.scheduled_for == triggered.next_run_at
+    assert execution(store, c.execution_id).scheduled_for == triggered.next_run_at
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    back = get(store, task.id)
+    assert back.status is Status.PENDING
+    assert back.scheduled_at == task.scheduled_at  # the nominal slot is still to come
+    assert back.next_run_at == task.next_run_at
+    assert back.triggered is False
+    assert back.run_count == 1
+    assert store.claim("node-a", [NAME], 5, LEASE) == []
+
+
+# -- listing ---------------------------------------------------------------------------------------------------------
+
+
+def test_list_tasks_filters_and_pages(store: Store) -> None:
+    a1, a2, a3 = store.insert_tasks([one_time(store), one_time(store, offset=3600), one_time(store, offset=3600)])
+    b1, b2 = store.insert_tasks([one_time(store, name=OTHER, offset=3600), one_time(store, name=OTHER, offset=3600)])
+    store.pause(a2.id)
+    store.cancel(b2.id)
+    claim_one(store)  # a1 is the only due task
+
+    def ids(tasks: list[Task]) -> set[int]:
+        return {t.id for t in tasks}
+
+    assert ids(store.list_tasks()) == {a1.id, a2.id, a3.id, b1.id, b2.id}
+    assert ids(store.list_tasks(name=NAME)) == {a1.id, a2.id, a3.id}
+    assert ids(store.list_tasks(name=OTHER)) == {b1.id, b2.id}
+    assert ids(store.list_tasks(status=Status.PENDING)) == {a3.id, b1.id}
+    assert ids(store.list_tasks(status=Status.RUNNING)) == {a1.id}
+    assert ids(store.list_tasks(status=Status.PAUSED)) == {a2.id}
+    assert ids(store.list_tasks(status=Status.CANCELLED)) == {b2.id}
+    assert ids(store.list_tasks(status=Status.PENDING, name=OTHER)) == {b1.id}
+    assert store.list_tasks(status=Status.COMPLETED) == []
+    assert store.list_tasks(name="nobody") == []
+
+    pages = [store.list_tasks(limit=2, offset=o) for o in (0, 2, 4, 6)]
+    assert [len(p) for p in pages] == [2, 2, 1, 0]
+    paged = [t.id for p in pages for t in p]
+    assert len(paged) == len(set(paged)) == 5
+    assert set(paged) == {a1.id, a2.id, a3.id, b1.id, b2.id}
+    assert len(store.list_tasks(name=NAME, limit=1)) == 1
+    assert {t.id for t in store.list_tasks(name=NAME, limit=2, offset=1)} < {a1.id, a2.id, a3.id}
+
+
+def test_list_executions_filters_newest_first(store: Store) -> None:
+    t1, t2, t3 = store.insert_tasks([one_time(store, offset=-30), one_time(store, offset=-20), one_time(store)])
+    c1 = claim_one(store)
+    assert store.finish("node-a", [outcome_of(c1, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    c2 = claim_one(store)
+    error = ErrorInfo("E", "boom")
+    assert store.finish("node-a", [outcome_of(c2, ExecutionStatus.FAILED, store.now(), error=error)]) == [True]
+    c3 = claim_one(store)
+    assert [c.task.id for c in (c1, c2, c3)] == [t1.id, t2.id, t3.id]
+
+    everything = store.list_executions()
+    assert [e.id for e in everything] == [c3.execution_id, c2.execution_id, c1.execution_id]
+    assert [e.status for e in everything] == [
+        ExecutionStatus.RUNNING,
+        ExecutionStatus.FAILED,
+        ExecutionStatus.COMPLETED,
+    ]
+    assert [e.id for e in store.list_executions(limit=2)] == [c3.execution_id, c2.execution_id]
+    assert [e.id for e in store.list_executions(task_id=t2.id)] == [c2.execution_id]
+    assert [e.id for e in store.list_executions(status=ExecutionStatus.FAILED)] == [c2.execution_id]
+    assert [e.id for e in store.list_executions(task_id=t1.id, status=ExecutionStatus.COMPLETED)] == [c1.execution_id]
+    assert store.list_executions(task_id=t1.id, status=ExecutionStatus.FAILED) == []
+    assert store.list_executions(task_id=999_999) == []
+    assert store.list_executions(status=ExecutionStatus.SKIPPED) == []
+
+
+def test_list_executions_of_one_task_newest_first(store: Store) -> None:
+    task = insert_one(store, recurring(store, interval=0.001, misfire_grace=3600.0))
+    ids = []
+    for _ in range(3):
+        c = claim_one(store)
+        ids.append(c.execution_id)
+        assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    assert [e.id for e in store.list_executions(task_id=task.id)] == ids[::-1]
+    assert [e.fence for e in store.list_executions(task_id=task.id)] == [3, 2, 1]
+
+
+# -- nodes -------------------------------------------------------------------------------------------------------------
+
+
+def make_node(store: Store, node_id: str, **fields: Any) -> Node:
+    now = store.now()
+    values: dict[str, Any] = {
+        "id": node_id,
+        "host": "host-1",
+        "pid": 4321,
+        "started_at": now - timedelta(seconds=5, microseconds=123),
+        "heartbeat_at": now,
+        "capacity": 8,
+        "running": 0,
+    }
+    values.update(fields)
+    return Node(**values)
+
+
+def test_nodes_register_heartbeat_list_remove(store: Store) -> None:
+    assert store.list_nodes() == []
+    n1 = make_node(store, "node-1")
+    n2 = make_node(store, "node-2", host="host-2", pid=99, capacity=2)
+    store.register_node(n1)
+    store.register_node(n2)
+    nodes = {n.id: n for n in store.list_nodes()}
+    assert set(nodes) == {"node-1", "node-2"}
+    got = nodes["node-1"]
+    assert got.host == "host-1"
+    assert got.pid == 4321
+    assert got.capacity == 8
+    assert got.running == 0
+    assert got.started_at == n1.started_at
+    assert is_utc(got.heartbeat_at)
+    assert nodes["node-2"].host == "host-2"
+    assert nodes["node-2"].pid == 99
+    assert nodes["node-2"].capacity == 2
+
+    # registering the same node again does not duplicate it, and takes the new values
+    store.register_node(dataclasses.replace(n1, host="host-1b", pid=4322))
+    assert sorted(n.id for n in store.list_nodes()) == ["node-1", "node-2"]
+    again = {n.id: n for n in store.list_nodes()}["node-1"]
+    assert (again.host, again.pid) == ("host-1b", 4322)
+
+    previous = got.heartbeat_at
+    before = store.now()
+    store.node_heartbeat("node-1", 3)
+    after = store.now()
+    beat = {n.id: n for n in store.list_nodes()}["node-1"]
+    assert beat.running == 3
+    assert before <= beat.heartbeat_at <= after
+    assert beat.heartbeat_at >= previous
+    assert {n.id: n for n in store.list_nodes()}["node-2"].running == 0
+
+    store.node_heartbeat("unknown-node", 1)  # a heartbeat for a removed node is harmless
+    assert sorted(n.id for n in store.list_nodes()) == ["node-1", "node-2"]
+
+    store.remove_node("node-1")
+    assert [n.id for n in store.list_nodes()] == ["node-2"]
+    store.remove_node("node-1")  # idempotent
+    assert [n.id for n in store.list_nodes()] == ["node-2"]
