@@ -55,6 +55,7 @@ class Run:
         self.cancel_reason: CancelReason | None = None
         self.started = False
         self.released = False
+        self.finished = False  # its result is queued for writing
         self.deadline: float | None = None  # monotonic; set when the run starts
         self.renewed_at = time.monotonic()
         self._lock = threading.Lock()

@@ -191,8 +191,9 @@ def jitter_offset(task_id: int, slot: datetime, jitter: float) -> timedelta:
     if jitter <= 0:
         return timedelta(0)
     digest = hashlib.blake2b(f"{task_id}:{slot.astimezone(UTC).isoformat()}".encode(), digest_size=8).digest()
-    fraction = int.from_bytes(digest, "big") / 2.0**64
-    return timedelta(seconds=fraction * jitter)
+    span = timedelta(seconds=jitter) // timedelta(microseconds=1)
+    # Whole microseconds, floored: rounding could otherwise reach ``jitter`` itself.
+    return timedelta(microseconds=int.from_bytes(digest, "big") * span >> 64)
 
 
 @dataclasses.dataclass(frozen=True)

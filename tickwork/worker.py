@@ -30,6 +30,7 @@ from tickwork.context import Context
 from tickwork.executor import CancelReason, Executor, Run, RunResult
 from tickwork.model import ErrorInfo, ExecutionStatus, Node
 from tickwork.reconciler import reconcile
+from tickwork.recorder import Recorder
 from tickwork.schedules import outcome_of
 from tickwork.store.base import Claim
 
@@ -38,9 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tickwork.worker")
 
-# How long a finished run's result is retried when the store is unreachable, before it is
-# left to the reconciler (the lease expires, the run is recorded lost and retried).
-FINISH_RETRY_S = 30.0
 # A run whose lease could not be renewed for this fraction of the lease cancels itself
 # rather than keep running unowned.
 LEASE_SAFETY = 0.8
@@ -65,6 +63,7 @@ class Worker:
         self._monitor_wake = threading.Event()
         self._monitor: threading.Thread | None = None
         self._monitor_failed: BaseException | None = None
+        self._recorder: Recorder[Run] = Recorder(self.store, self.node_id, self._written)
         self.started = threading.Event()
         self.stopped = threading.Event()
 
@@ -77,6 +76,7 @@ class Worker:
         self.store.register_node(self._node_row())
         self._monitor = threading.Thread(target=self._monitor_main, name="tickwork-monitor", daemon=True)
         self._monitor.start()
+        self._recorder.start()
         log.info("node %s started: %d slots, tasks %s", self.node_id, self.concurrency, self.names)
         self.started.set()
         try:
@@ -101,6 +101,8 @@ class Worker:
         while not self._stopping.is_set():
             if self._monitor_failed is not None:
                 raise RuntimeError("monitor thread died; stopping the node") from self._monitor_failed
+            if self._recorder.failure is not None:
+                raise RuntimeError("recorder thread died; stopping the node") from self._recorder.failure
             free = self.concurrency - self.running
             claimed = 0
             if free > 0:
@@ -162,39 +164,27 @@ class Worker:
             if task.timeout is not None:
                 self._monitor_wake.set()
             result = self.executor.execute(run, ctx)
-            self._record(run, result)
         except Exception:
+            # Executor.execute turns task errors into results; this is a bug of ours.
             log.exception("task %s: unexpected error while running", run.task_id)
-        finally:
-            with self._runs_changed:
-                self._runs.pop(run.task_id, None)
-                self._runs_changed.notify_all()
-            self.app.wakeup.set()
+            self._written([run])
+            return
+        self._record(run, result)
 
     def _record(self, run: Run, result: RunResult) -> None:
-        deadline = time.monotonic() + FINISH_RETRY_S
-        delay = 0.05
-        while True:
-            try:
-                outcome = outcome_of(
-                    run.claim,
-                    result.status,
-                    self.store.now(),
-                    error=result.error,
-                    result=result.result,
-                    note=result.note,
-                )
-                [applied] = self.store.finish(self.node_id, [outcome])
-                if not applied:
-                    log.warning("task %s: result of fence %s was stale and dropped", run.task_id, run.claim.fence)
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    log.exception("task %s: could not record the result; the reconciler will", run.task_id)
-                    return
-                log.warning("task %s: recording the result failed; retrying", run.task_id, exc_info=True)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        outcome = outcome_of(
+            run.claim, result.status, self.store.now(), error=result.error, result=result.result, note=result.note
+        )
+        run.finished = True
+        self._recorder.submit(run, outcome)
+
+    def _written(self, runs: list[Run]) -> None:
+        """Results are in the store: free the runs' slots and let the poll loop claim."""
+        with self._runs_changed:
+            for run in runs:
+                self._runs.pop(run.task_id, None)
+            self._runs_changed.notify_all()
+        self.app.wakeup.set()
 
     # -- monitor: heartbeats, cancellation, timeouts, zombies -------------------------
 
@@ -285,6 +275,7 @@ class Worker:
         self._release_unstarted()
         self._drain(self.app.shutdown_grace)
         self._interrupt_remaining()
+        self._recorder.stop()
         self._monitor_stop.set()
         self._monitor_wake.set()
         if self._monitor is not None:
@@ -332,7 +323,7 @@ class Worker:
             run.request_cancel(CancelReason.SHUTDOWN)
         self._drain(min(2.0, self.app.shutdown_grace))
         with self._runs_lock:
-            remaining = list(self._runs.values())
+            remaining = [r for r in self._runs.values() if not r.finished]  # not queued for writing
         if not remaining:
             return
         now = self.store.now()

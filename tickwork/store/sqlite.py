@@ -65,6 +65,7 @@ class SQLiteDialect:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -85,14 +86,18 @@ class SQLiteDialect:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Session]:
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield _Session(conn, self.texts)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        # Threads of one process queue on a Python lock: SQLite's own busy handler
+        # sleeps in growing steps (up to 100 ms) while another connection writes, which
+        # would serialise this process's threads at a fraction of the file's speed.
+        with self._write_lock:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield _Session(conn, self.texts)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[_Session]:

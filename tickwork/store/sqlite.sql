@@ -1,2 +1,10 @@
--- SQLite overrides of queries.sql, by name. None are needed yet: the portable
--- queries use SQLite's json_each for name lists and 0/1 for booleans.
+-- SQLite overrides of queries.sql, by name.
+
+-- name: claim_candidates
+-- Walk the claim index in ORDER BY order and stop at LIMIT; without the hint the
+-- planner may range-scan next_run_at and sort every due row on each claim.
+SELECT id, version FROM tickwork_tasks INDEXED BY tickwork_tasks_claim
+WHERE status = 'PENDING' AND next_run_at <= :now
+  AND name IN (SELECT value FROM json_each(:names))
+ORDER BY priority DESC, next_run_at, id
+LIMIT :limit;

@@ -32,7 +32,9 @@ CREATE TABLE tickwork_tasks (
     updated_at       INTEGER NOT NULL
 );
 
--- The claim and the "when is the next one due" queries walk this index.
+-- The claim walks the first in its ORDER BY and stops at its LIMIT, however many tasks
+-- are due; "when is the next one due" reads the second.
+CREATE INDEX tickwork_tasks_claim ON tickwork_tasks (status, priority DESC, next_run_at, id);
 CREATE INDEX tickwork_tasks_due ON tickwork_tasks (status, next_run_at);
 CREATE INDEX tickwork_tasks_lease ON tickwork_tasks (lease_expires_at) WHERE status = 'RUNNING';
 CREATE UNIQUE INDEX tickwork_tasks_key ON tickwork_tasks (key)

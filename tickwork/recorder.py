@@ -1,0 +1,93 @@
+"""Writes ended runs to the store in batches, off the task threads.
+
+Every run that ends within the same few milliseconds shares one transaction (one
+``store.finish`` call), each outcome still fenced by its own version and lease owner.
+A run keeps its slot, and its lease keeps being renewed, until its result is written:
+a slow store delays new claims, never the fencing.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from tickwork.store.base import Outcome, Store
+
+log = logging.getLogger("tickwork.recorder")
+
+MAX_BATCH = 500
+# How long a batch is retried while the store is unreachable before it is left to the
+# reconciler (the leases expire, the runs are recorded lost and retried).
+RETRY_FOR_S = 30.0
+
+T = TypeVar("T")
+
+
+class Recorder(Generic[T]):
+    def __init__(self, store: Store, node_id: str, on_written: Callable[[list[T]], None]) -> None:
+        self.store = store
+        self.node_id = node_id
+        self.on_written = on_written
+        self.failure: BaseException | None = None
+        self.stale = 0
+        self._queue: queue.SimpleQueue[tuple[T, Outcome] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name="tickwork-recorder", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, item: T, outcome: Outcome) -> None:
+        self._queue.put((item, outcome))
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Write everything submitted so far, then end the thread."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _main(self) -> None:
+        try:
+            stopping = False
+            while not stopping:
+                first = self._queue.get()
+                if first is None:
+                    break
+                batch = [first]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        more = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        stopping = True
+                        break
+                    batch.append(more)
+                self._write(batch)
+        except BaseException as exc:  # supervised: the node stops when this thread dies
+            self.failure = exc
+            raise
+
+    def _write(self, batch: list[tuple[T, Outcome]]) -> None:
+        outcomes = [outcome for _, outcome in batch]
+        deadline = time.monotonic() + RETRY_FOR_S
+        delay = 0.05
+        while True:
+            try:
+                applied = self.store.finish(self.node_id, outcomes)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    log.exception("could not record %d results; the reconciler will", len(batch))
+                    applied = []
+                    break
+                log.warning("recording %d results failed; retrying", len(batch), exc_info=True)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        for outcome, ok in zip(outcomes, applied, strict=False):
+            if not ok:
+                self.stale += 1
+                log.warning("task %s: result of fence %s was stale and dropped", outcome.task_id, outcome.fence)
+        self.on_written([item for item, _ in batch])
