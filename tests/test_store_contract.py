@@ -664,6 +664,7 @@ def test_finish_one_time_completed(store: Store) -> None:
     assert e.note == "fine"
     assert e.finished_at is not None
     assert before <= e.finished_at <= after
+    assert e.finished_at == outcome.finished_at  # when the run ended, not when it was written
     assert e.fence == c.fence
     assert e.node == "node-a"
 

@@ -239,7 +239,7 @@ def outcome_of(
     result: Any = None,
     note: str | None = None,
 ) -> Outcome:
-    """The fenced write that records an ended run and applies ``settle``'s decision."""
+    """The fenced write that records a run that ended at ``now`` and applies ``settle``'s decision."""
     s = settle(claim.task, status, now)
     return Outcome(
         task_id=claim.task.id,
@@ -251,6 +251,7 @@ def outcome_of(
         next_run_at=s.next_run_at,
         attempt=s.attempt,
         triggered=s.triggered,
+        finished_at=now,
         error=error,
         result=result,
         note=note,

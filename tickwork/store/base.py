@@ -70,6 +70,7 @@ class Outcome:
     next_run_at: datetime
     attempt: int
     triggered: bool
+    finished_at: datetime
     error: ErrorInfo | None = None
     result: Any = None
     note: str | None = None

@@ -182,6 +182,7 @@ class SQLStore:
                     "task_status": o.task_status.value,
                     "scheduled_at": d.encode_time(o.scheduled_at),
                     "next_run_at": d.encode_time(o.next_run_at),
+                    "finished_at": d.encode_time(o.finished_at),
                     "attempt": o.attempt,
                     "triggered": o.triggered,
                     "error_type": o.error.type if o.error else None,
