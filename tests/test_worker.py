@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -202,3 +204,43 @@ def test_recurring_slots_after_downtime_collapse_to_the_latest(app: App) -> None
     assert slots[0] == start
     assert slots[1] == start + timedelta(minutes=60)
     assert app.get(task.id).scheduled_at == start + timedelta(minutes=61)
+
+
+class FakeClock:
+    """A clock the test moves by hand; the store and the node both read it."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        with self._lock:
+            self.now += delta
+
+
+def test_cron_runs_land_exactly_on_their_slots_in_the_task_zone(sqlite_url: str) -> None:
+    # 2024-03-31 is spring-forward day in Berlin: 02:00 local does not exist.
+    clock = FakeClock(datetime(2024, 3, 30, 23, 50, tzinfo=UTC))
+    app = App(sqlite_url, clock=clock, poll_interval=0.05, heartbeat=0.5, lease=3600)
+    slots: list[datetime] = []
+
+    @app.task(name="t.slot")
+    def slot(ctx: Context) -> None:
+        slots.append(ctx.scheduled_for)
+
+    task = app.schedule("t.slot", cron="0 * * * *", timezone="Europe/Berlin")
+    node = Node(app)
+    for expected_runs in range(1, 7):
+        clock.advance(timedelta(minutes=60))
+        wait_for(lambda n=expected_runs: app.get(task.id).run_count == n and app.get(task.id).status is Status.PENDING)
+    node.stop()
+    app.close()
+    local = [s.astimezone(ZoneInfo("Europe/Berlin")) for s in slots]
+    # every run is for a whole local hour, one hour apart in real time; 02:00 never exists
+    assert all((t.minute, t.second, t.microsecond) == (0, 0, 0) for t in local)
+    assert all(b - a == timedelta(hours=1) for a, b in itertools.pairwise(slots))
+    assert [t.hour for t in local] == [1, 3, 4, 5, 6, 7]

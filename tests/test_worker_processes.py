@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -148,3 +149,15 @@ def test_killed_node_run_is_recovered_by_another_node(client: App, workers: Flee
     assert runs[0].note is not None and runs[0].note.startswith("lost")
     assert runs[0].error is not None and runs[0].error.type == "LeaseExpired"
     assert client.get(task.id).status is Status.COMPLETED
+
+
+def test_a_second_signal_exits_at_once(client: App, workers: Fleet, records: Path) -> None:
+    task = client.schedule("test.slow", kwargs={"seconds": 120})
+    worker = workers.start(env={"TICKWORK_TEST_GRACE": "120"})
+    wait_for(lambda: any(r.get("phase") == "start" for r in read_records(records)))
+    worker.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: "stopping" in worker.output())  # the first signal began a graceful stop
+    assert worker.proc.poll() is None  # ... which waits for the 120 s run
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(10) == 128 + signal.SIGTERM
+    assert client.get(task.id).status is Status.RUNNING  # left to its lease and the reconciler
