@@ -131,15 +131,20 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], type[TickworkError], str]] = [
     ("cron-never", dict(cron="0 0 31 2 *"), InvalidCron, "never fires"),
     ("cron-fields", dict(cron="* * * *"), InvalidCron, "5 fields"),
     ("timezone", dict(cron="0 9 * * *", timezone="Mars/Olympus"), InvalidTimezone, "timezone='Mars/Olympus'"),
-    ("kwargs-not-json", dict(kwargs={"when": datetime(2030, 1, 1)}), InvalidInput, "kwargs=.*not JSON"),
+    ("kwargs-not-json", dict(kwargs={"when": datetime(2030, 1, 1)}), InvalidInput, r"kwargs\['when'\]=.*not JSON"),
+    ("kwargs-int-key", dict(kwargs={"m": {1: "a"}}), InvalidInput, r"kwargs\['m'\]=1: .*keys must be strings"),
+    ("kwargs-mixed-keys", dict(args=[{1: "a", "b": 2}]), InvalidInput, r"args\[0\]=1: .*keys must be strings"),
+    ("args-nested-nan", dict(args=[[1.0, float("inf")]]), InvalidInput, r"args\[0\]\[1\]=inf"),
+    ("delay-overflow", dict(delay=1e12), InvalidInput, "delay=1000000000000.0"),
+    ("every-overflow", dict(every=1e20), InvalidInput, r"every=1e\+20"),
     ("kwargs-not-mapping", dict(kwargs=[1, 2]), InvalidInput, "kwargs="),
-    ("args-not-json", dict(args=[object()]), InvalidInput, "args="),
-    ("args-nan", dict(args=[float("nan")]), InvalidInput, "args="),
+    ("args-not-json", dict(args=[object()]), InvalidInput, r"args\[0\]=<object.*not JSON-serializable"),
+    ("args-nan", dict(args=[float("nan")]), InvalidInput, r"args\[0\]=nan"),
     ("negative-delay", dict(delay=-5), InvalidInput, "delay=-5"),
     ("naive-at", dict(at=datetime(2030, 1, 1, 9, 0)), InvalidInput, "at='2030-01-01T09:00:00'.*timezone-aware"),
     ("every-zero", dict(every=0), InvalidInput, "every=0"),
     ("every-negative", dict(every=timedelta(seconds=-1)), InvalidInput, "every="),
-    ("cron-and-every", dict(cron="* * * * *", every=5), InvalidInput, "every"),
+    ("cron-and-every", dict(cron="* * * * *", every=5), InvalidInput, "every=5: give either cron or every"),
     ("delay-and-at", dict(delay=1, at=datetime(2030, 1, 1, tzinfo=UTC)), InvalidInput, "at="),
     ("payload", dict(kwargs={"blob": "x" * 70_000}), PayloadTooLarge, "max_payload=65536"),
     ("max-retries", dict(max_retries=-1), InvalidInput, "max_retries=-1"),
@@ -194,3 +199,18 @@ def test_same_name_for_two_functions_is_refused(app: App) -> None:
 
     with pytest.raises(InvalidInput, match=r"name='reports\.daily'"):
         app.task(name="reports.daily")(other)
+
+
+def test_first_slot_jitter_spreads_tasks_scheduled_alike(app: App) -> None:
+    tasks = app.schedule_many([dict(task="reports.daily", cron="0 9 * * *", jitter=300) for _ in range(50)])
+    offsets = {t.next_run_at - t.scheduled_at for t in tasks}
+    assert len(offsets) > 40  # not one herd
+    assert all(timedelta(0) <= o < timedelta(seconds=300) for o in offsets)
+
+
+def test_cron_with_at_starts_no_earlier_than_at(app: App) -> None:
+    start = datetime(2031, 1, 1, 12, 7, tzinfo=UTC)
+    task = app.schedule("reports.daily", cron="*/15 * * * *", at=start, jitter=0)
+    assert task.scheduled_at == datetime(2031, 1, 1, 12, 15, tzinfo=UTC)
+    on_slot = app.schedule("reports.daily", cron="*/15 * * * *", at=datetime(2031, 1, 1, 12, 30, tzinfo=UTC), jitter=0)
+    assert on_slot.scheduled_at == datetime(2031, 1, 1, 12, 30, tzinfo=UTC)

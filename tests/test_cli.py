@@ -64,6 +64,8 @@ def test_schedule_errors_are_one_line_messages(run) -> None:  # type: ignore[no-
 
 
 def test_executions_and_db_upgrade(run, sqlite_url: str) -> None:  # type: ignore[no-untyped-def]
+    assert "no database at" in run("tasks", "list", ok=False)  # a mistyped path creates nothing
+    assert not Path(sqlite_url.removeprefix("sqlite:///")).exists()
     assert "schema at version 1" in run("db", "upgrade")
     assert "schema at version 1" in run("db", "upgrade")  # idempotent
     run("schedule", APP, "test.record")

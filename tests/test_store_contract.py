@@ -599,7 +599,7 @@ def test_renew_extends_owned_leases_only(store: Store) -> None:
     before = store.now()
     renewed = store.renew("node-a", [(t1.id, c1.fence)], 300)
     after = store.now()
-    assert renewed == [Renewal(t1.id, False)]
+    assert renewed == [Renewal(t1.id, c1.fence, False)]
     lease = get(store, t1.id).lease_expires_at
     assert lease is not None
     assert before + timedelta(seconds=300) <= lease <= after + timedelta(seconds=300)
@@ -619,12 +619,12 @@ def test_renew_extends_owned_leases_only(store: Store) -> None:
 def test_renew_reports_cancel_requested(store: Store) -> None:
     task = insert_one(store, one_time(store))
     c = claim_one(store)
-    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, False)]
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, c.fence, False)]
     cancelled = store.cancel(task.id)
     assert cancelled is not None
     assert cancelled.status is Status.RUNNING
     assert cancelled.cancel_requested is True
-    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, True)]
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, c.fence, True)]
 
 
 def test_renew_of_a_finished_run_returns_nothing(store: Store) -> None:
@@ -875,7 +875,7 @@ def test_renewal_before_the_reap_wins(store: Store) -> None:
     c = claim_one(store, "node-a", lease=TINY_LEASE)
     stale = expired_claim_for(store, task.id)
     # the slow node renews just before the reconciler writes
-    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, False)]
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, c.fence, False)]
     snapshot = get(store, task.id)
     outcome = outcome_of(stale, ExecutionStatus.FAILED, store.now(), error=ErrorInfo("LeaseExpired", "lost"))
     assert store.reap("node-a", [outcome]) == [False]
@@ -1030,7 +1030,7 @@ def test_cancel_running_task_requests_cancellation(store: Store) -> None:
     assert get(store, task.id) == requested
     assert execution(store, c.execution_id).status is ExecutionStatus.RUNNING
     # the node sees it and ends the run CANCELLED
-    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, True)]
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, c.fence, True)]
     outcome = outcome_of(c, ExecutionStatus.CANCELLED, store.now(), note="cancelled")
     assert store.finish("node-a", [outcome]) == [True]
     assert get(store, task.id).status is Status.CANCELLED
@@ -1251,3 +1251,13 @@ def test_nodes_register_heartbeat_list_remove(store: Store) -> None:
     assert [n.id for n in store.list_nodes()] == ["node-2"]
     store.remove_node("node-1")  # idempotent
     assert [n.id for n in store.list_nodes()] == ["node-2"]
+
+
+def test_prune_nodes_removes_only_silent_nodes(store: Store) -> None:
+    store.register_node(make_node(store, "alive"))
+    store.register_node(make_node(store, "dead"))
+    assert store.prune_nodes(3600) == 0
+    wait_for(lambda: store.now() - store.list_nodes()[0].heartbeat_at > timedelta(seconds=0.05))
+    store.node_heartbeat("alive", 0)
+    assert store.prune_nodes(0.05) == 1
+    assert [n.id for n in store.list_nodes()] == ["alive"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import threading
 import time
@@ -244,3 +245,118 @@ def test_cron_runs_land_exactly_on_their_slots_in_the_task_zone(sqlite_url: str)
     assert all((t.minute, t.second, t.microsecond) == (0, 0, 0) for t in local)
     assert all(b - a == timedelta(hours=1) for a, b in itertools.pairwise(slots))
     assert [t.hour for t in local] == [1, 3, 4, 5, 6, 7]
+
+
+def test_a_result_that_is_not_json_costs_only_that_result(app: App) -> None:
+    @app.task(name="t.bad_result")
+    def bad_result(ctx: Context) -> dict[object, str]:
+        return {1: "a", "b": "c"}
+
+    node = Node(app)
+    bad = app.schedule("t.bad_result")
+    good = [app.schedule("t.record") for _ in range(5)]
+    wait_for(lambda: all(app.get(t.id).status is Status.COMPLETED for t in [bad, *good]))
+    node.stop()
+    [run] = app.executions(bad.id)
+    assert run.status is ExecutionStatus.COMPLETED and run.result is None
+    assert run.note is not None and "result not stored" in run.note and "keys must be strings" in run.note
+    assert all(e.status is ExecutionStatus.COMPLETED for t in good for e in app.executions(t.id))
+
+
+def test_claim_failures_back_off_instead_of_spinning(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[float] = []
+
+    def failing_claim(*args: object, **kwargs: object) -> list[object]:
+        calls.append(time.monotonic())
+        raise OSError("database unavailable")
+
+    app.schedule("t.record")  # always due: a spinning loop would call claim back to back
+    node = Node.__new__(Node)
+    node.worker = Worker(app, concurrency=2)
+    monkeypatch.setattr(node.worker.store, "claim", failing_claim)
+    node.thread = threading.Thread(target=node.worker.run, kwargs={"install_signals": False})
+    node.thread.start()
+    wait_for(lambda: len(calls) >= 4)
+    node.stop()
+    gaps = [b - a for a, b in itertools.pairwise(calls[:4])]
+    # the pause grows with each failure in a row: poll_interval x 1, 2, 3
+    assert all(gap >= app.poll_interval * n for n, gap in enumerate(gaps, start=1)), gaps
+
+
+def test_an_undecodable_row_is_failed_and_does_not_block_the_others(app: App) -> None:
+    import sqlite3
+
+    poisoned = app.schedule("t.record")
+    healthy = [app.schedule("t.record") for _ in range(3)]
+    raw = sqlite3.connect(app.url.removeprefix("sqlite:///"))
+    raw.execute("UPDATE tickwork_tasks SET misfire = 'FROM_THE_FUTURE' WHERE id = ?", (poisoned.id,))
+    raw.commit()
+    raw.close()
+    node = Node(app)
+    wait_for(lambda: all(app.get(t.id).status is Status.COMPLETED for t in healthy))
+    node.stop()
+    with pytest.raises(ValueError):  # still undecodable, but no longer in line to be claimed
+        app.get(poisoned.id)
+    raw = sqlite3.connect(app.url.removeprefix("sqlite:///"))
+    [(status,)] = raw.execute("SELECT status FROM tickwork_tasks WHERE id = ?", (poisoned.id,)).fetchall()
+    raw.close()
+    assert status == "FAILED"
+
+
+def test_shutdown_interrupts_after_grace_without_using_an_attempt(sqlite_url: str) -> None:
+    app = App(sqlite_url, lease=5.0, heartbeat=0.1, poll_interval=0.1, shutdown_grace=0.2)
+    started = threading.Event()
+
+    @app.task(name="t.long")
+    def long(ctx: Context) -> None:
+        started.set()
+        while not ctx.cancelled:
+            time.sleep(0.01)
+
+    task = app.schedule("t.long")  # max_retries=0: a lost attempt would end it FAILED
+    node = Node(app)
+    assert started.wait(10)
+    node.stop()
+    after = app.get(task.id)
+    assert (after.status, after.attempt, after.lease_owner) == (Status.PENDING, 0, None)
+    assert after.next_run_at <= app.store.now()  # due again at once, on another node
+    [run] = app.executions(task.id)
+    assert run.status is ExecutionStatus.FAILED and run.note == "shutdown"
+    assert run.error is not None and run.error.type == "Interrupted"
+    app.close()
+
+
+def test_a_written_run_never_removes_a_newer_run_of_the_same_task(app: App) -> None:
+    from tickwork.executor import Run
+
+    worker = Worker(app, concurrency=2)
+    task = app.schedule("t.record")
+    [first] = app.store.claim(worker.node_id, worker.names, 1, app.lease)
+    definition = app.registry.get("t.record")
+    assert definition is not None
+    old_run = Run(first, definition)
+    newer = Run(dataclasses.replace(first, execution_id=first.execution_id + 1000), definition)
+    worker._runs[newer.execution_id] = newer
+    worker._written([old_run])  # the earlier run's result landed after the task was re-claimed
+    assert worker._runs == {newer.execution_id: newer}
+    worker._pool.shutdown()
+    assert task.id == newer.task_id
+
+
+def test_a_failing_policy_ends_the_task_failed_instead_of_leaking_its_slot(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tickwork.worker
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise ZeroDivisionError("policy bug")
+
+    monkeypatch.setattr(tickwork.worker, "outcome_of", broken)
+    node = Node(app, concurrency=1)
+    first = app.schedule("t.record")
+    second = app.schedule("t.record")
+    wait_for(lambda: app.get(second.id).status.is_terminal)  # the single slot was freed
+    node.stop()
+    assert app.get(first.id).status is Status.FAILED
+    [run] = app.executions(first.id)
+    assert run.error is not None and run.error.type == "ZeroDivisionError"

@@ -6,9 +6,9 @@ the field and value and leaves nothing behind.
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import secrets
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
 from tickwork.clock import Clock, utcnow
+from tickwork.codec import check_json, dumps
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
 from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
 from tickwork.registry import Registry, TaskDef, TaskOptions
@@ -26,6 +27,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_URL = "sqlite:///tickwork.db"
 DEFAULT_MAX_PAYLOAD = 64 * 1024
+MAX_SPAN_S = 100 * 366 * 86400.0
+"""Longest delay or interval accepted: beyond it dates leave the calendar's range."""
 
 
 class App:
@@ -225,10 +228,9 @@ class App:
     ) -> NewTask:
         definition = self.registry.resolve(task)
         args_list, kwargs_dict = self._payload(args, kwargs)
-        given = [n for n, v in (("delay", delay), ("at", at), ("cron", cron), ("every", every)) if v is not None]
-        if "cron" in given and len(given) > 1:
-            raise InvalidInput(given[1] if given[0] == "cron" else given[0], "...", "cannot be combined with cron")
-        if "delay" in given and "at" in given:
+        if cron is not None and every is not None:
+            raise InvalidInput("every", every, "give either cron or every, not both")
+        if delay is not None and at is not None:
             raise InvalidInput("at", at, "give either delay or at, not both")
         parse_timezone(timezone)
         if timezone != "UTC" and cron is None:
@@ -267,8 +269,7 @@ class App:
             kwargs=kwargs_dict,
             kind=kind,
             scheduled_at=scheduled_at,
-            # The task id is not known yet: first-slot jitter hashes the key or name instead.
-            next_run_at=scheduled_at + jitter_offset(hash_seed(key, definition.name), scheduled_at, jitter_s),
+            next_run_at=scheduled_at + jitter_offset(first_slot_seed(key), scheduled_at, jitter_s),
             key=key,
             cron=cron.strip() if cron is not None else None,
             timezone=timezone,
@@ -297,14 +298,9 @@ class App:
             raise InvalidInput("kwargs", kwargs, "must be a mapping of names to JSON values")
         args_list = list(args or [])
         kwargs_dict = dict(kwargs or {})
-        for field, value in (("args", args_list), ("kwargs", kwargs_dict)):
-            try:
-                encoded = json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise InvalidInput(field, _short(value), f"not JSON-serializable: {exc}") from exc
-            if field == "kwargs" and json.loads(encoded) != value:
-                raise InvalidInput(field, _short(value), "keys must be strings")
-        size = len(json.dumps([args_list, kwargs_dict]).encode())
+        check_json("args", args_list)
+        check_json("kwargs", kwargs_dict)
+        size = len(dumps([args_list, kwargs_dict]).encode())
         if size > self.max_payload:
             raise PayloadTooLarge("kwargs", f"<{size} bytes>", f"payload exceeds max_payload={self.max_payload} bytes")
         return args_list, kwargs_dict
@@ -363,11 +359,10 @@ class App:
     def trigger(self, task_id: int) -> Task:
         """Run a PENDING task now. A recurring task keeps its schedule: the extra run
         does not consume its next slot."""
-        before = self.get(task_id)
-        if before.status is not Status.PENDING:
-            raise InvalidState(task_id, before.status.value, "trigger")
         task = self._require(self.store.trigger(task_id), task_id)
-        if task.version == before.version:  # the guard failed: the task moved on meanwhile
+        # The guard (PENDING) and the read-back share one transaction: a task that is not
+        # PENDING now is one the trigger did not apply to.
+        if task.status is not Status.PENDING:
             raise InvalidState(task_id, task.status.value, "trigger")
         self.wakeup.set()
         return task
@@ -390,14 +385,13 @@ class App:
         return self.registry.get(name)
 
 
-def hash_seed(key: str | None, name: str) -> int:
-    """A stable integer for first-slot jitter, before the task has an id."""
-    return zlib.crc32((key or name).encode())
+def first_slot_seed(key: str | None) -> int:
+    """Seeds the first slot's jitter before the task has an id (later slots use the id).
 
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    Random per task, so a thousand tasks scheduled alike spread out; stable per key, so
+    scheduling the same keyed task again lands on the same dispatch time.
+    """
+    return zlib.crc32(key.encode()) if key is not None else secrets.randbits(63)
 
 
 def _seconds(field: str, value: float | timedelta, *, allow_zero: bool) -> float:
@@ -406,6 +400,8 @@ def _seconds(field: str, value: float | timedelta, *, allow_zero: bool) -> float
         raise InvalidInput(field, value, "must be a number of seconds or a timedelta")
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise InvalidInput(field, value, "must be positive" if not allow_zero else "must not be negative")
+    if seconds > MAX_SPAN_S:
+        raise InvalidInput(field, value, f"must be at most {MAX_SPAN_S:.0f} seconds (100 years)")
     return float(seconds)
 
 

@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
@@ -21,6 +22,7 @@ from tickwork.app import App
 from tickwork.errors import InvalidInput, TickworkError
 from tickwork.model import Execution, Status, Task
 from tickwork.schedules import CronSchedule, fire_times, schedule_of
+from tickwork.store.sqlite import path_from_url
 
 console = Console()
 R = TypeVar("R")
@@ -56,12 +58,20 @@ def errors_as_messages(func: Callable[..., R]) -> Callable[..., R]:
     return wrapper
 
 
-def client(ctx: click.Context) -> App:
-    """An App for client commands: the --app one if given, else one on --db / TICKWORK_DB."""
+def client(ctx: click.Context, *, create: bool = False) -> App:
+    """An App for client commands: the --app one if given, else one on --db / TICKWORK_DB.
+
+    Only ``db upgrade`` creates a database: a mistyped path is an error, not a new file.
+    """
     obj = ctx.find_root().obj
-    if obj.get("app_spec"):
-        return load_app(obj["app_spec"])
-    return App(obj.get("db"))
+    app = load_app(obj["app_spec"]) if obj.get("app_spec") else App(obj.get("db"))
+    if not create and app.url.startswith("sqlite:"):
+        path = Path(path_from_url(app.url))
+        if not path.exists():
+            raise click.ClickException(
+                f"no database at {str(path)!r}: check --db / TICKWORK_DB, or create it with `tickwork db upgrade`"
+            )
+    return app
 
 
 @click.group()
@@ -241,7 +251,7 @@ def db() -> None:
 @errors_as_messages
 def upgrade(ctx: click.Context) -> None:
     """Create or upgrade the schema to the latest version."""
-    app = client(ctx)
+    app = client(ctx, create=True)
     version = app.store.migrate()
     console.print(f"{app.url}: schema at version {version}")
 

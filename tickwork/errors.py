@@ -20,7 +20,10 @@ class InvalidInput(TickworkError, ValueError):
         self.field = field
         self.value = value
         self.reason = reason
-        super().__init__(f"{field}={value!r}: {reason}")
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"{field}={shown}: {reason}")
 
 
 class InvalidCron(InvalidInput):

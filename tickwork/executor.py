@@ -13,14 +13,13 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import enum
-import json
 import logging
 import threading
 import time
-import traceback
 from collections.abc import Coroutine
 from typing import Any
 
+from tickwork.codec import dumps, json_problem
 from tickwork.context import Context
 from tickwork.errors import Cancelled
 from tickwork.model import ErrorInfo, ExecutionStatus
@@ -56,7 +55,7 @@ class Run:
         self.started = False
         self.released = False
         self.finished = False  # its result is queued for writing
-        self.deadline: float | None = None  # monotonic; set when the run starts
+        self.deadline: float | None = None  # monotonic; set by the node when the run starts
         self.renewed_at = time.monotonic()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -65,6 +64,10 @@ class Run:
     @property
     def task_id(self) -> int:
         return self.claim.task.id
+
+    @property
+    def execution_id(self) -> int:
+        return self.claim.execution_id
 
     def request_cancel(self, reason: CancelReason) -> None:
         with self._lock:
@@ -130,9 +133,6 @@ class Executor:
     def execute(self, run: Run, ctx: Context) -> RunResult:
         task = run.claim.task
         func = run.definition.func
-        timeout = task.timeout
-        if timeout is not None:
-            run.deadline = time.monotonic() + timeout
         try:
             if run.definition.is_async:
                 value = self.async_runner.run(run, func(ctx, *task.args, **task.kwargs))
@@ -140,12 +140,12 @@ class Executor:
                 value = func(ctx, *task.args, **task.kwargs)
         except (Cancelled, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
             if run.cancel_reason is None:  # raised by the task itself, not by us
-                return RunResult(ExecutionStatus.FAILED, _error_info(exc))
+                return RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
             return self._cancelled(run)
         except Exception as exc:
             if run.cancel_reason is not None:
-                return self._cancelled(run, _error_info(exc))
-            return RunResult(ExecutionStatus.FAILED, _error_info(exc))
+                return self._cancelled(run, ErrorInfo.from_exception(exc))
+            return RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
         if run.cancel_reason is not None:
             return self._cancelled(run)
         return self._completed(value)
@@ -170,21 +170,12 @@ class Executor:
     def _completed(self, value: Any) -> RunResult:
         if value is None:
             return RunResult(ExecutionStatus.COMPLETED)
-        try:
-            encoded = json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            return RunResult(ExecutionStatus.COMPLETED, note="result not stored: not JSON-serializable")
-        if len(encoded.encode()) > self.max_result_bytes:
+        problem = json_problem(value)
+        if problem is not None:
+            return RunResult(ExecutionStatus.COMPLETED, note=f"result not stored: {problem}")
+        if len(dumps(value).encode()) > self.max_result_bytes:
             return RunResult(ExecutionStatus.COMPLETED, note=f"result not stored: over {self.max_result_bytes} bytes")
         return RunResult(ExecutionStatus.COMPLETED, result=value)
 
     def close(self) -> None:
         self.async_runner.close()
-
-
-def _error_info(exc: BaseException) -> ErrorInfo:
-    return ErrorInfo(
-        type=type(exc).__qualname__,
-        message=str(exc),
-        traceback="".join(traceback.format_exception(exc)),
-    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import traceback
 from datetime import datetime
 from typing import Any
 
@@ -61,6 +62,10 @@ class ErrorInfo:
     type: str
     message: str
     traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        return cls(type(exc).__qualname__, str(exc), "".join(traceback.format_exception(exc)))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

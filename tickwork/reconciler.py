@@ -12,7 +12,7 @@ import logging
 from collections import defaultdict
 
 from tickwork.model import ErrorInfo, ExecutionStatus
-from tickwork.schedules import outcome_of
+from tickwork.schedules import failed_outcome, outcome_of
 from tickwork.store.base import Outcome, Store
 
 log = logging.getLogger("tickwork.reconciler")
@@ -20,8 +20,12 @@ log = logging.getLogger("tickwork.reconciler")
 BATCH = 100
 
 
-def reconcile(store: Store) -> int:
-    """Recover one batch of expired runs; return how many this call recovered."""
+def reconcile(store: Store, node_ttl: float = 90.0) -> int:
+    """Recover one batch of expired runs and forget nodes silent for ``node_ttl``
+    seconds; return how many runs this call recovered."""
+    pruned = store.prune_nodes(node_ttl)
+    if pruned:
+        log.warning("removed %d node rows with no heartbeat for %.0f s", pruned, node_ttl)
     expired = store.expired(BATCH)
     if not expired:
         return 0
@@ -33,7 +37,12 @@ def reconcile(store: Store) -> int:
             "LeaseExpired",
             f"lost: node {owner} stopped renewing its lease (expired {claim.task.lease_expires_at})",
         )
-        by_owner[owner].append(outcome_of(claim, ExecutionStatus.FAILED, now, error=error, note=f"lost by {owner}"))
+        try:
+            outcome = outcome_of(claim, ExecutionStatus.FAILED, now, error=error, note=f"lost by {owner}")
+        except Exception as exc:
+            log.exception("task %s: cannot compute its next state; ending it FAILED", claim.task.id)
+            outcome = failed_outcome(claim, now, ErrorInfo.from_exception(exc))
+        by_owner[owner].append(outcome)
     recovered = 0
     for owner, outcomes in by_owner.items():
         applied = store.reap(owner, outcomes)

@@ -71,23 +71,29 @@ class Recorder(Generic[T]):
             raise
 
     def _write(self, batch: list[tuple[T, Outcome]]) -> None:
-        outcomes = [outcome for _, outcome in batch]
         deadline = time.monotonic() + RETRY_FOR_S
-        delay = 0.05
-        while True:
-            try:
-                applied = self.store.finish(self.node_id, outcomes)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    log.exception("could not record %d results; the reconciler will", len(batch))
-                    applied = []
-                    break
-                log.warning("recording %d results failed; retrying", len(batch), exc_info=True)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        for outcome, ok in zip(outcomes, applied, strict=False):
-            if not ok:
+        applied = self._finish_with_retry([outcome for _, outcome in batch], deadline)
+        for (_, outcome), ok in zip(batch, applied, strict=True):
+            if ok is False:
                 self.stale += 1
                 log.warning("task %s: result of fence %s was stale and dropped", outcome.task_id, outcome.fence)
         self.on_written([item for item, _ in batch])
+
+    def _finish_with_retry(self, outcomes: list[Outcome], deadline: float) -> list[bool | None]:
+        """Per outcome: applied, stale, or None when it could not be written before the
+        deadline (its lease then expires and the reconciler records the run as lost)."""
+        delay = 0.05
+        while True:
+            try:
+                return list(self.store.finish(self.node_id, outcomes))
+            except Exception:
+                if len(outcomes) > 1:
+                    # One bad outcome must not hold back the others: write them one by one,
+                    # within the same deadline (an outage costs it once, not once per run).
+                    return [self._finish_with_retry([o], deadline)[0] for o in outcomes]
+                if time.monotonic() > deadline:
+                    log.exception("could not record the result of task %s", outcomes[0].task_id)
+                    return [None]
+                log.warning("recording a result failed; retrying", exc_info=True)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)

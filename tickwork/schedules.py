@@ -207,16 +207,19 @@ class Settlement:
     triggered: bool
 
 
-def settle(task: Task, outcome: ExecutionStatus, now: datetime) -> Settlement:
+def settle(task: Task, outcome: ExecutionStatus, now: datetime, *, interrupted: bool = False) -> Settlement:
     """How a run that ended with ``outcome`` moves ``task`` on.
 
     ``task`` is the task as claimed: ``task.attempt`` is the attempt that just ran.
-    A requested cancellation wins over any outcome; a failure is retried on the same
-    slot with exponential backoff while attempts remain; a RECURRING task then moves
-    to its next slot whatever happened, a ONE_TIME task ends.
+    A requested cancellation wins over any outcome. A run interrupted by its node's
+    shutdown is due again at once and does not use up an attempt. A failure is retried
+    on the same slot with exponential backoff while attempts remain; a RECURRING task
+    then moves to its next slot whatever happened, a ONE_TIME task ends.
     """
     if task.cancel_requested or outcome is ExecutionStatus.CANCELLED:
         return Settlement(Status.CANCELLED, task.scheduled_at, task.next_run_at, task.attempt, task.triggered)
+    if interrupted:
+        return Settlement(Status.PENDING, task.scheduled_at, now, task.attempt - 1, task.triggered)
     failed = outcome in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT)
     if failed and task.attempt <= task.max_retries:
         delay = timedelta(seconds=retry_delay(task.attempt, task.retry_backoff))
@@ -238,9 +241,10 @@ def outcome_of(
     error: ErrorInfo | None = None,
     result: Any = None,
     note: str | None = None,
+    interrupted: bool = False,
 ) -> Outcome:
     """The fenced write that records a run that ended at ``now`` and applies ``settle``'s decision."""
-    s = settle(claim.task, status, now)
+    s = settle(claim.task, status, now, interrupted=interrupted)
     return Outcome(
         task_id=claim.task.id,
         fence=claim.fence,
@@ -272,3 +276,23 @@ def next_slot(task: Task, now: datetime) -> datetime:
     if slot >= horizon:
         return slot
     return schedule.latest_until(slot, now)
+
+
+def failed_outcome(claim: Claim, now: datetime, error: ErrorInfo) -> Outcome:
+    """Ends the task FAILED when its next state cannot be computed (a stored value the
+    policy cannot use): the run is recorded and its slot freed instead of stuck RUNNING."""
+    task = claim.task
+    return Outcome(
+        task_id=task.id,
+        fence=claim.fence,
+        execution_id=claim.execution_id,
+        status=ExecutionStatus.FAILED,
+        task_status=Status.FAILED,
+        scheduled_at=task.scheduled_at,
+        next_run_at=task.next_run_at,
+        attempt=task.attempt,
+        triggered=False,
+        finished_at=now,
+        error=error,
+        note="next state could not be computed",
+    )

@@ -26,12 +26,13 @@ import uuid
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from tickwork.clock import utcnow
 from tickwork.context import Context
 from tickwork.executor import CancelReason, Executor, Run, RunResult
 from tickwork.model import ErrorInfo, ExecutionStatus, Node
 from tickwork.reconciler import reconcile
 from tickwork.recorder import Recorder
-from tickwork.schedules import outcome_of
+from tickwork.schedules import failed_outcome, outcome_of
 from tickwork.store.base import Claim
 
 if TYPE_CHECKING:
@@ -39,6 +40,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tickwork.worker")
 
+# A node row whose heartbeat is older than this (and three leases) belongs to a dead node.
+NODE_TTL_FLOOR_S = 60.0
+# While cancelled runs are awaited at shutdown, say so this often.
+INTERRUPT_LOG_EVERY_S = 5.0
+# The longest pause between claim attempts while the store keeps failing.
+MAX_ERROR_PAUSE_S = 10.0
 # A run whose lease could not be renewed for this fraction of the lease cancels itself
 # rather than keep running unowned.
 LEASE_SAFETY = 0.8
@@ -55,7 +62,7 @@ class Worker:
         self.names = app.registry.names()
         self.executor = Executor(app.max_payload)
         self._pool = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="tickwork-run")
-        self._runs: dict[int, Run] = {}
+        self._runs: dict[int, Run] = {}  # by execution id: one entry per claimed run
         self._runs_lock = threading.Lock()
         self._runs_changed = threading.Condition(self._runs_lock)
         self._stopping = threading.Event()
@@ -98,6 +105,7 @@ class Worker:
 
     def _poll_loop(self) -> None:
         wakeup = self.app.wakeup
+        failures = 0
         while not self._stopping.is_set():
             if self._monitor_failed is not None:
                 raise RuntimeError("monitor thread died; stopping the node") from self._monitor_failed
@@ -109,8 +117,12 @@ class Worker:
                 try:
                     claims = self.store.claim(self.node_id, self.names, free, self.app.lease)
                 except Exception:
-                    log.exception("claim failed; retrying after poll_interval")
-                    claims = []
+                    failures += 1
+                    pause = min(self.app.poll_interval * failures, MAX_ERROR_PAUSE_S)
+                    log.exception("claim failed (%d in a row); next try in %.1f s", failures, pause)
+                    self._stopping.wait(pause)
+                    continue
+                failures = 0
                 claimed = len(claims)
                 for claim in claims:
                     self._dispatch(claim)
@@ -139,7 +151,7 @@ class Worker:
             raise RuntimeError(f"claimed unregistered task {claim.task.name!r}")
         run = Run(claim, definition)
         with self._runs_lock:
-            self._runs[run.task_id] = run
+            self._runs[run.execution_id] = run
         self._pool.submit(self._execute, run)
 
     # -- one run --------------------------------------------------------------------
@@ -162,19 +174,31 @@ class Worker:
                 renew=lambda: self._renew_one(run),
             )
             if task.timeout is not None:
+                run.deadline = time.monotonic() + task.timeout
                 self._monitor_wake.set()
             result = self.executor.execute(run, ctx)
-        except Exception:
-            # Executor.execute turns task errors into results; this is a bug of ours.
+        except Exception as exc:
+            # Executor.execute turns task errors into results: this is a bug of ours.
             log.exception("task %s: unexpected error while running", run.task_id)
-            self._written([run])
-            return
+            result = RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
         self._record(run, result)
 
     def _record(self, run: Run, result: RunResult) -> None:
-        outcome = outcome_of(
-            run.claim, result.status, self.store.now(), error=result.error, result=result.result, note=result.note
-        )
+        """Hand the result to the recorder; the run keeps its slot and lease until written."""
+        try:
+            now = self.store.now()
+        except Exception:
+            log.warning("store clock unavailable; recording with the local clock", exc_info=True)
+            now = utcnow()
+        interrupted = result.status is ExecutionStatus.FAILED and run.cancel_reason is CancelReason.SHUTDOWN
+        try:
+            outcome = outcome_of(
+                run.claim, result.status, now, error=result.error, result=result.result, note=result.note,
+                interrupted=interrupted,
+            )  # fmt: skip
+        except Exception as exc:
+            log.exception("task %s: cannot compute its next state; ending it FAILED", run.task_id)
+            outcome = failed_outcome(run.claim, now, ErrorInfo.from_exception(exc))
         run.finished = True
         self._recorder.submit(run, outcome)
 
@@ -182,7 +206,7 @@ class Worker:
         """Results are in the store: free the runs' slots and let the poll loop claim."""
         with self._runs_changed:
             for run in runs:
-                self._runs.pop(run.task_id, None)
+                self._runs.pop(run.execution_id, None)
             self._runs_changed.notify_all()
         self.app.wakeup.set()
 
@@ -217,10 +241,10 @@ class Worker:
             log.warning("heartbeat failed", exc_info=True)
             self._cancel_unrenewed(runs)
             return
-        kept = {r.task_id: r for r in renewals}
+        kept = {(r.task_id, r.fence): r for r in renewals}
         now = time.monotonic()
         for run in runs:
-            renewal = kept.get(run.task_id)
+            renewal = kept.get((run.task_id, run.claim.fence))
             if renewal is None:
                 log.warning("task %s: lease lost (fence %s); cancelling the run", run.task_id, run.claim.fence)
                 run.request_cancel(CancelReason.LOST)
@@ -263,7 +287,7 @@ class Worker:
 
     def _reconcile(self) -> None:
         try:
-            reconcile(self.store)
+            reconcile(self.store, node_ttl=max(NODE_TTL_FLOOR_S, 3 * self.app.lease))
         except Exception:
             log.warning("reconciler pass failed", exc_info=True)
 
@@ -303,37 +327,35 @@ class Worker:
             log.warning("could not give back unstarted claims; their leases will expire", exc_info=True)
         with self._runs_changed:
             for run in unstarted:
-                self._runs.pop(run.task_id, None)
+                self._runs.pop(run.execution_id, None)
             self._runs_changed.notify_all()
 
-    def _drain(self, grace: float) -> None:
+    def _drain(self, grace: float) -> bool:
+        """Wait up to ``grace`` seconds for every run to end and be written; True if they did."""
         deadline = time.monotonic() + grace
         with self._runs_changed:
             while self._runs and (left := deadline - time.monotonic()) > 0:
                 self._runs_changed.wait(left)
+            return not self._runs
 
     def _interrupt_remaining(self) -> None:
-        """Runs still going after the grace: cancel them and record them as interrupted now,
-        so the task is retried at once instead of after its lease expires."""
+        """Runs still going after the grace are asked to stop, and waited for.
+
+        Their leases are still renewed meanwhile: a run whose thread is alive is never
+        recorded or given up while it might still act, so no other node starts it at the
+        same time. Each ends FAILED ("shutdown") and its task is due again at once, without
+        using up an attempt. A run that ignores cancellation holds the node until a second
+        signal (or the orchestrator's SIGKILL) ends the process; its lease then expires.
+        """
         with self._runs_lock:
-            remaining = list(self._runs.values())
+            remaining = [r for r in self._runs.values() if not r.finished]
         if not remaining:
             return
+        log.warning("%d runs still going after shutdown_grace: cancelling them", len(remaining))
         for run in remaining:
             run.request_cancel(CancelReason.SHUTDOWN)
-        self._drain(min(2.0, self.app.shutdown_grace))
-        with self._runs_lock:
-            remaining = [r for r in self._runs.values() if not r.finished]  # not queued for writing
-        if not remaining:
-            return
-        now = self.store.now()
-        error = ErrorInfo("Interrupted", "the node shut down before the run finished")
-        outcomes = [outcome_of(r.claim, ExecutionStatus.FAILED, now, error=error, note="shutdown") for r in remaining]
-        try:
-            self.store.finish(self.node_id, outcomes)
-            log.warning("recorded %d runs interrupted by shutdown", len(outcomes))
-        except Exception:
-            log.warning("could not record interrupted runs; their leases will expire", exc_info=True)
+        while not self._drain(INTERRUPT_LOG_EVERY_S):
+            log.warning("waiting for %d cancelled runs to stop (a second signal exits now)", self.running)
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():

@@ -81,6 +81,7 @@ class Renewal:
     """A lease that was renewed, and whether someone asked to cancel the run."""
 
     task_id: int
+    fence: int
     cancel_requested: bool
 
 
@@ -185,6 +186,10 @@ class Store(Protocol):
     def node_heartbeat(self, node_id: str, running: int) -> None: ...
 
     def remove_node(self, node_id: str) -> None: ...
+
+    def prune_nodes(self, silent_for: float) -> int:
+        """Remove nodes whose last heartbeat is more than ``silent_for`` seconds old."""
+        ...
 
     def list_nodes(self) -> list[Node]: ...
 

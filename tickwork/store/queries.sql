@@ -42,6 +42,11 @@ SET status = 'RUNNING', version = version + 1, lease_owner = :node,
 WHERE id = :id AND version = :version AND status = 'PENDING'
 RETURNING *;
 
+-- name: fail_undecodable
+UPDATE tickwork_tasks
+SET status = 'FAILED', last_status = 'FAILED', lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE id = :id;
+
 -- name: insert_execution
 INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence)
 VALUES (:task_id, :attempt, :scheduled_for, :now, 'RUNNING', :node, :fence)
@@ -147,6 +152,10 @@ UPDATE tickwork_nodes SET heartbeat_at = :now, running = :running WHERE id = :id
 
 -- name: delete_node
 DELETE FROM tickwork_nodes WHERE id = :id;
+
+-- name: prune_nodes
+-- Rows of nodes that died without removing themselves.
+DELETE FROM tickwork_nodes WHERE heartbeat_at < :cutoff;
 
 -- name: list_nodes
 SELECT * FROM tickwork_nodes ORDER BY started_at;

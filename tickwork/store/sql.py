@@ -7,7 +7,6 @@ module owns what the operations mean (see ``base.Store`` for each contract).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -130,7 +129,9 @@ class SQLStore:
                 row = s.fetch_one("claim_task", {**params, "id": candidate["id"], "version": candidate["version"]})
                 if row is None:
                     continue  # another node's compare-and-set won
-                task = self._task(row)
+                task = self._decode_claimed(s, row)
+                if task is None:
+                    continue
                 scheduled_for = task.next_run_at if task.triggered else task.scheduled_at
                 execution = s.fetch_one(
                     "insert_execution",
@@ -146,6 +147,17 @@ class SQLStore:
                 claims.append(Claim(task, int(execution["id"]), scheduled_for))
         return claims
 
+    def _decode_claimed(self, s: Session, row: Row) -> Task | None:
+        """A claimed row this code cannot read (written by hand, or by another version)
+        is set FAILED in the same transaction: otherwise it would stay first in line and
+        fail every claim after it."""
+        try:
+            return self._task(row)
+        except Exception:
+            log.exception("task %s cannot be decoded; setting it FAILED", row["id"])
+            s.execute("fail_undecodable", {"id": row["id"], "now": self.dialect.encode_time(self.dialect.now())})
+            return None
+
     def renew(self, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
         if not runs:
             return []
@@ -156,7 +168,7 @@ class SQLStore:
             for task_id, fence in runs:
                 row = s.fetch_one("renew_lease", {"id": task_id, "fence": fence, "node": node, "lease_until": until})
                 if row is not None:
-                    renewed.append(Renewal(task_id, bool(row["cancel_requested"])))
+                    renewed.append(Renewal(task_id, fence, bool(row["cancel_requested"])))
         return renewed
 
     def finish(self, node: str, outcomes: Sequence[Outcome]) -> list[bool]:
@@ -188,8 +200,7 @@ class SQLStore:
                     "error_type": o.error.type if o.error else None,
                     "error_message": o.error.message if o.error else None,
                     "error_traceback": o.error.traceback if o.error else None,
-                    "result": None if o.result is None else d.encode_json(o.result),
-                    "note": o.note,
+                    **self._result_params(o),
                 }
                 if s.fetch_one("settle_task", params) is None:
                     log.warning("stale result dropped: task %s fence %s node %s (lease lost)", o.task_id, o.fence, node)
@@ -198,6 +209,17 @@ class SQLStore:
                 s.execute("finish_execution", params)
                 applied.append(True)
         return applied
+
+    def _result_params(self, o: Outcome) -> dict[str, Any]:
+        """Encode one run's result on its own: a value that cannot be stored costs that
+        result (noted on the execution), never the batch it is written with."""
+        if o.result is None:
+            return {"result": None, "note": o.note}
+        try:
+            return {"result": self.dialect.encode_json(o.result), "note": o.note}
+        except (TypeError, ValueError) as exc:
+            note = f"result not stored: {exc}"
+            return {"result": None, "note": f"{o.note}; {note}" if o.note else note}
 
     def release(self, node: str, claims: Sequence[Claim]) -> int:
         if not claims:
@@ -288,6 +310,11 @@ class SQLStore:
         with self.dialect.transaction() as s:
             s.execute("delete_node", {"id": node_id})
 
+    def prune_nodes(self, silent_for: float) -> int:
+        d = self.dialect
+        with d.transaction() as s:
+            return s.execute("prune_nodes", {"cutoff": d.encode_time(d.now() - timedelta(seconds=silent_for))})
+
     def list_nodes(self) -> list[Node]:
         with self.dialect.reader() as s:
             rows = s.fetch_all("list_nodes", {})
@@ -365,11 +392,6 @@ class SQLStore:
             result=None if r["result"] is None else d.decode_json(r["result"]),
             note=r["note"],
         )
-
-
-def dumps(value: Any) -> str:
-    """Compact, deterministic JSON: what is stored is what was validated."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
 
 
 def iter_statements(script: str) -> Iterator[str]:

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from tickwork.clock import utcnow
+from tickwork.codec import dumps
 from tickwork.errors import StoreError
 from tickwork.store import queries
-from tickwork.store.sql import Row, dumps, iter_statements
+from tickwork.store.sql import Row, iter_statements
 
 BUSY_TIMEOUT_S = 30.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
