@@ -1257,7 +1257,8 @@ def test_prune_nodes_removes_only_silent_nodes(store: Store) -> None:
     store.register_node(make_node(store, "alive"))
     store.register_node(make_node(store, "dead"))
     assert store.prune_nodes(3600) == 0
-    wait_for(lambda: store.now() - store.list_nodes()[0].heartbeat_at > timedelta(seconds=0.05))
+    dead = next(n for n in store.list_nodes() if n.id == "dead")
+    wait_for(lambda: store.now() - dead.heartbeat_at > timedelta(seconds=0.1))
     store.node_heartbeat("alive", 0)
     assert store.prune_nodes(0.05) == 1
     assert [n.id for n in store.list_nodes()] == ["alive"]

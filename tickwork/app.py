@@ -43,11 +43,12 @@ class App:
         poll_interval: float = 1.0,
         misfire_grace: float = 60.0,
         shutdown_grace: float = 30.0,
-        claim: str = "optimistic",
+        claim: str | None = None,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         clock: Clock = utcnow,
     ) -> None:
         self._url = url
+        self._opened_url: str | None = None
         self.lease = _positive("lease", lease)
         self.heartbeat = _positive("heartbeat", heartbeat)
         if self.heartbeat >= self.lease:
@@ -55,8 +56,10 @@ class App:
         self.poll_interval = _positive("poll_interval", poll_interval)
         self.misfire_grace = _non_negative("misfire_grace", misfire_grace)
         self.shutdown_grace = _non_negative("shutdown_grace", shutdown_grace)
-        if claim != "optimistic":
-            raise InvalidInput("claim", claim, "the SQLite store supports only 'optimistic'")
+        if claim not in (None, "skip_locked", "optimistic"):
+            raise InvalidInput("claim", claim, "must be 'skip_locked' or 'optimistic'")
+        if claim == "skip_locked" and self.url.startswith("sqlite:"):
+            raise InvalidInput("claim", claim, "SQLite supports only 'optimistic' (SKIP LOCKED needs PostgreSQL)")
         self.claim_strategy = claim
         if not isinstance(max_payload, int) or max_payload <= 0:
             raise InvalidInput("max_payload", max_payload, "must be a positive number of bytes")
@@ -66,7 +69,6 @@ class App:
         self.wakeup = threading.Event()
         """Set when this process schedules or triggers something, to wake a local node."""
         self._store: Store | None = None
-        self._opened_url: str | None = None
         self._store_lock = threading.Lock()
 
     # -- store --------------------------------------------------------------------------
@@ -83,7 +85,7 @@ class App:
         with self._store_lock:
             if self._store is None:
                 url = self.url
-                store = open_store(url, clock=self.clock)
+                store = open_store(url, clock=self.clock, claim=self.claim_strategy)
                 store.migrate()
                 self._store, self._opened_url = store, url
             return self._store
@@ -235,7 +237,7 @@ class App:
         parse_timezone(timezone)
         if timezone != "UTC" and cron is None:
             raise InvalidInput("timezone", timezone, "only applies to cron schedules")
-        now = self.store.now()
+        now = self.store.approximate_now()
         start = now
         if delay is not None:
             start = now + timedelta(seconds=_seconds("delay", delay, allow_zero=True))

@@ -68,7 +68,9 @@ class Worker:
         self._stopping = threading.Event()
         self._monitor_stop = threading.Event()
         self._monitor_wake = threading.Event()
+        self._beat_now = threading.Event()
         self._monitor: threading.Thread | None = None
+        self._listener: threading.Thread | None = None
         self._monitor_failed: BaseException | None = None
         self._recorder: Recorder[Run] = Recorder(self.store, self.node_id, self._written)
         self.started = threading.Event()
@@ -84,6 +86,10 @@ class Worker:
         self._monitor = threading.Thread(target=self._monitor_main, name="tickwork-monitor", daemon=True)
         self._monitor.start()
         self._recorder.start()
+        self._listener = threading.Thread(
+            target=self.store.listen, args=(self._on_notify, self._monitor_stop), name="tickwork-listen", daemon=True
+        )
+        self._listener.start()
         log.info("node %s started: %d slots, tasks %s", self.node_id, self.concurrency, self.names)
         self.started.set()
         try:
@@ -100,6 +106,15 @@ class Worker:
     def running(self) -> int:
         with self._runs_lock:
             return len(self._runs)
+
+    def _on_notify(self, payload: str) -> None:
+        """Another process changed something: work may be due now, or a running task's
+        cancellation was requested (the monitor renews at once and so learns of it)."""
+        if payload != "cancel":
+            self.app.wakeup.set()
+        if payload != "due":
+            self._beat_now.set()
+            self._monitor_wake.set()
 
     # -- poll loop ------------------------------------------------------------------
 
@@ -140,7 +155,7 @@ class Worker:
             due = self.store.next_due_at(self.names)
             if due is None:
                 return cap
-            return min(cap, max(0.0, (due - self.store.now()).total_seconds()))
+            return min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))
         except Exception:
             log.exception("next_due_at failed")
             return cap
@@ -186,7 +201,7 @@ class Worker:
     def _record(self, run: Run, result: RunResult) -> None:
         """Hand the result to the recorder; the run keeps its slot and lease until written."""
         try:
-            now = self.store.now()
+            now = self.store.approximate_now()
         except Exception:
             log.warning("store clock unavailable; recording with the local clock", exc_info=True)
             now = utcnow()
@@ -216,7 +231,8 @@ class Worker:
         try:
             next_beat = 0.0
             while not self._monitor_stop.is_set():
-                if time.monotonic() >= next_beat:
+                if time.monotonic() >= next_beat or self._beat_now.is_set():
+                    self._beat_now.clear()
                     self._heartbeat()
                     self._reconcile()
                     next_beat = time.monotonic() + self.app.heartbeat
@@ -304,6 +320,8 @@ class Worker:
         self._monitor_wake.set()
         if self._monitor is not None:
             self._monitor.join(timeout=10)
+        if self._listener is not None:
+            self._listener.join(timeout=5)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.executor.close()
         try:
@@ -374,7 +392,7 @@ class Worker:
         signal.signal(signal.SIGTERM, graceful)
 
     def _node_row(self) -> Node:
-        now = self.store.now()
+        now = self.store.approximate_now()
         return Node(
             id=self.node_id,
             host=socket.gethostname(),

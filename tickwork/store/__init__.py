@@ -13,11 +13,24 @@ from tickwork.store.sql import SQLStore
 __all__ = ["Claim", "NewTask", "Outcome", "Renewal", "Store", "open_store"]
 
 
-def open_store(url: str, *, clock: Callable[[], datetime] = utcnow) -> Store:
-    """A store for ``url``; ``clock`` replaces the embedded store's clock in tests."""
+def open_store(url: str, *, clock: Callable[[], datetime] = utcnow, claim: str | None = None) -> Store:
+    """A store for ``url``. ``claim`` picks the claim strategy (default: the store's
+    best); ``clock`` replaces the embedded store's clock in tests (a server database
+    always uses its own)."""
     if url.startswith("sqlite:"):
         from tickwork.store.sqlite import SQLiteDialect, path_from_url
 
-        return SQLStore(SQLiteDialect(path_from_url(url), clock))
+        return SQLStore(SQLiteDialect(path_from_url(url), clock), claim)
+    if url.startswith(("postgresql:", "postgres:", "postgresql+psycopg:", "postgres+psycopg:")):
+        from tickwork.store.postgres import PostgresDialect
+
+        dialect = PostgresDialect(url)
+        try:
+            return SQLStore(dialect, claim)
+        except Exception:
+            dialect.close()
+            raise
     scheme = url.split(":", 1)[0] if ":" in url else url
-    raise StoreError(f"url={url!r}: unsupported database scheme {scheme!r} (expected sqlite:///PATH)")
+    raise StoreError(
+        f"url={url!r}: unsupported database scheme {scheme!r} (expected sqlite:///PATH or postgresql://...)"
+    )

@@ -14,7 +14,8 @@ check it against every store. Two rules run through all of it:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -95,6 +96,11 @@ class Store(Protocol):
 
     def now(self) -> datetime:
         """The store's clock, the one that judges due times and lease expiry."""
+        ...
+
+    def approximate_now(self) -> datetime:
+        """``now()`` without a round trip, off by about half of one: for values a node
+        computes on its hot path (retry times, how long to sleep)."""
         ...
 
     def insert_tasks(self, tasks: Sequence[NewTask]) -> list[Task]:
@@ -192,5 +198,12 @@ class Store(Protocol):
         ...
 
     def list_nodes(self) -> list[Node]: ...
+
+    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
+        """Block until ``stop`` is set, calling ``on_notify(payload)`` for each change
+        another process announced ("due": work may be due now; "cancel": a running
+        task's cancellation was requested; "": listening (re)started, look for
+        yourself). Stores without notifications return at once: nodes then poll."""
+        ...
 
     def close(self) -> None: ...

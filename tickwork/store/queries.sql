@@ -58,16 +58,16 @@ WHERE id = :id AND version = :fence AND lease_owner = :node AND status = 'RUNNIN
 RETURNING id, cancel_requested;
 
 -- name: settle_task
--- Apply the policy's decision for an ended run. :expired_before is NULL for the
--- owner itself; the reconciler passes now so that a renewal landing first wins.
+-- Apply the policy's decision for an ended run. The reconciler (:reaping) writes only
+-- while the lease is still expired, so that a renewal landing first wins.
 -- A cancel requested while the run was going wins over the decision, even one made
 -- from a snapshot taken before the request.
 UPDATE tickwork_tasks
-SET status = CASE WHEN cancel_requested = 1 THEN 'CANCELLED' ELSE :task_status END, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
+SET status = CASE WHEN cancel_requested THEN 'CANCELLED' ELSE :task_status END, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
     attempt = :attempt, triggered = :triggered, run_count = run_count + 1,
     last_status = :status, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
-  AND (:expired_before IS NULL OR lease_expires_at < :expired_before)
+  AND (NOT :reaping OR lease_expires_at < :now)
 RETURNING id;
 
 -- name: finish_execution
@@ -80,7 +80,7 @@ WHERE id = :execution_id AND status = 'RUNNING';
 -- name: release_task
 -- Give back a claim that never started: the attempt did not happen.
 UPDATE tickwork_tasks
-SET status = CASE WHEN cancel_requested = 1 THEN 'CANCELLED' ELSE 'PENDING' END,
+SET status = CASE WHEN cancel_requested THEN 'CANCELLED' ELSE 'PENDING' END,
     attempt = attempt - 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
 RETURNING id;
@@ -115,7 +115,7 @@ LIMIT :limit;
 -- name: cancel_task
 -- A waiting task ends now; a running one is flagged and ends when its run does.
 UPDATE tickwork_tasks
-SET cancel_requested = 1,
+SET cancel_requested = TRUE,
     status = CASE WHEN status = 'RUNNING' THEN 'RUNNING' ELSE 'CANCELLED' END,
     version = CASE WHEN status = 'RUNNING' THEN version ELSE version + 1 END,
     updated_at = :now
@@ -136,7 +136,7 @@ RETURNING *;
 UPDATE tickwork_tasks
 SET next_run_at = :now,
     scheduled_at = CASE WHEN kind = 'ONE_TIME' THEN :now ELSE scheduled_at END,
-    triggered = CASE WHEN kind = 'RECURRING' THEN 1 ELSE 0 END,
+    triggered = (kind = 'RECURRING'),
     version = version + 1, updated_at = :now
 WHERE id = :id AND status = 'PENDING'
 RETURNING *;

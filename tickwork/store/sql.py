@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from tickwork.errors import InvalidInput
 from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal
 
@@ -27,10 +29,21 @@ class Session(Protocol):
 
     def fetch_one(self, query: str, params: Mapping[str, Any]) -> Row | None: ...
 
+    def fetch_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[list[Row]]:
+        """Run ``query`` once per parameter set, in one round trip where the driver can."""
+        ...
+
     def execute(self, query: str, params: Mapping[str, Any]) -> int: ...
 
 
 class Dialect(Protocol):
+    batched: bool
+    """Has single-statement claims and settle_run (data-modifying CTEs)."""
+    notifies: bool
+    """Has a ``notify`` query and ``listen`` delivers what it sends."""
+    strategies: tuple[str, ...]
+    """Claim strategies it supports; the first is its default."""
+
     def transaction(self) -> contextlib.AbstractContextManager[Session]:
         """A write transaction that holds whatever lock makes read-then-write safe."""
         ...
@@ -40,6 +53,8 @@ class Dialect(Protocol):
     def migrate(self) -> int: ...
 
     def now(self) -> datetime: ...
+
+    def approximate_now(self) -> datetime: ...
 
     def encode_time(self, value: datetime | None) -> Any: ...
 
@@ -51,12 +66,17 @@ class Dialect(Protocol):
 
     def encode_names(self, names: Sequence[str]) -> Any: ...
 
+    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None: ...
+
     def close(self) -> None: ...
 
 
 class SQLStore:
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, claim: str | None = None) -> None:
         self.dialect = dialect
+        self.claim_strategy = claim or dialect.strategies[0]
+        if self.claim_strategy not in dialect.strategies:
+            raise InvalidInput("claim", claim, f"this store supports {', '.join(dialect.strategies)}")
 
     # -- schema and clock ---------------------------------------------------------
 
@@ -66,18 +86,29 @@ class SQLStore:
     def now(self) -> datetime:
         return self.dialect.now()
 
+    def approximate_now(self) -> datetime:
+        return self.dialect.approximate_now()
+
     def close(self) -> None:
         self.dialect.close()
+
+    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
+        self.dialect.listen(on_notify, stop)
+
+    def _notify(self, s: Session, payload: str) -> None:
+        if self.dialect.notifies:
+            s.execute("notify", {"payload": payload})
 
     # -- scheduling ---------------------------------------------------------------
 
     def insert_tasks(self, tasks: Sequence[NewTask]) -> list[Task]:
         d = self.dialect
-        inserted: list[Task] = []
+        if not tasks:
+            return []
         with d.transaction() as s:
-            now = d.encode_time(d.now())
-            for new in tasks:
-                params = {
+            now = d.encode_time(d.approximate_now())
+            params = [
+                {
                     "name": new.name,
                     "args": d.encode_json(new.args),
                     "kwargs": d.encode_json(new.kwargs),
@@ -97,12 +128,15 @@ class SQLStore:
                     "priority": new.priority,
                     "now": now,
                 }
-                row = s.fetch_one("insert_task", params)
-                if row is None:  # the idempotency key is held by a live task
-                    row = s.fetch_one("live_task_by_key", {"key": new.key})
-                    if row is None:
-                        raise RuntimeError(f"insert of key={new.key!r} conflicted but no live task holds it")
+                for new in tasks
+            ]
+            inserted: list[Task] = []
+            for new, rows in zip(tasks, s.fetch_many("insert_task", params), strict=True):
+                row = rows[0] if rows else s.fetch_one("live_task_by_key", {"key": new.key})
+                if row is None:  # the key's holder ended between the conflict and the read
+                    raise RuntimeError(f"insert of key={new.key!r} conflicted but no live task holds it")
                 inserted.append(self._task(row))
+            self._notify(s, "due")
         return inserted
 
     def next_due_at(self, names: Sequence[str]) -> datetime | None:
@@ -118,34 +152,53 @@ class SQLStore:
         d = self.dialect
         claims: list[Claim] = []
         with d.transaction() as s:
-            now = d.now()
+            now = d.approximate_now()
             params = {
                 "now": d.encode_time(now),
                 "node": node,
+                "lease": lease,
                 "lease_until": d.encode_time(now + timedelta(seconds=lease)),
+                "names": d.encode_names(names),
+                "limit": limit,
             }
-            candidates = s.fetch_all("claim_candidates", {**params, "names": d.encode_names(names), "limit": limit})
-            for candidate in candidates:
-                row = s.fetch_one("claim_task", {**params, "id": candidate["id"], "version": candidate["version"]})
-                if row is None:
-                    continue  # another node's compare-and-set won
+            if self.claim_strategy == "skip_locked":
+                rows = s.fetch_all("claim_skip_locked", params)
+            else:
+                candidates = s.fetch_all("claim_candidates", params)
+                rows = self._compare_and_set(s, candidates, params) if candidates else []
+            for row in rows:
                 task = self._decode_claimed(s, row)
-                if task is None:
-                    continue
-                scheduled_for = task.next_run_at if task.triggered else task.scheduled_at
-                execution = s.fetch_one(
-                    "insert_execution",
-                    {
-                        **params,
-                        "task_id": task.id,
-                        "attempt": task.attempt,
-                        "scheduled_for": d.encode_time(scheduled_for),
-                        "fence": task.version,
-                    },
-                )
-                assert execution is not None
-                claims.append(Claim(task, int(execution["id"]), scheduled_for))
+                if task is not None:
+                    claims.append(Claim(task, int(row["execution_id"]), self._time(row["execution_scheduled_for"])))
+        claims.sort(key=lambda c: (-c.task.priority, c.task.next_run_at, c.task.id))
         return claims
+
+    def _compare_and_set(self, s: Session, candidates: list[Row], params: dict[str, Any]) -> list[Row]:
+        """Claim candidates whose version is unchanged: 0 rows for one means another
+        node won it. One statement where the database can, else one per candidate."""
+        if self.dialect.batched:
+            ids = [int(c["id"]) for c in candidates]
+            versions = [int(c["version"]) for c in candidates]
+            return s.fetch_all("claim_cas_batch", {**params, "ids": ids, "versions": versions})
+        rows: list[Row] = []
+        for candidate in candidates:
+            row = s.fetch_one("claim_task", {**params, "id": candidate["id"], "version": candidate["version"]})
+            if row is None:
+                continue
+            scheduled_for = row["next_run_at"] if row["triggered"] else row["scheduled_at"]
+            execution = s.fetch_one(
+                "insert_execution",
+                {
+                    **params,
+                    "task_id": row["id"],
+                    "attempt": row["attempt"],
+                    "scheduled_for": scheduled_for,
+                    "fence": row["version"],
+                },
+            )
+            assert execution is not None
+            rows.append({**row, "execution_id": execution["id"], "execution_scheduled_for": scheduled_for})
+        return rows
 
     def _decode_claimed(self, s: Session, row: Row) -> Task | None:
         """A claimed row this code cannot read (written by hand, or by another version)
@@ -155,21 +208,28 @@ class SQLStore:
             return self._task(row)
         except Exception:
             log.exception("task %s cannot be decoded; setting it FAILED", row["id"])
-            s.execute("fail_undecodable", {"id": row["id"], "now": self.dialect.encode_time(self.dialect.now())})
+            s.execute(
+                "fail_undecodable", {"id": row["id"], "now": self.dialect.encode_time(self.dialect.approximate_now())}
+            )
             return None
 
     def renew(self, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
         if not runs:
             return []
         d = self.dialect
-        renewed: list[Renewal] = []
         with d.transaction() as s:
-            until = d.encode_time(d.now() + timedelta(seconds=lease))
-            for task_id, fence in runs:
-                row = s.fetch_one("renew_lease", {"id": task_id, "fence": fence, "node": node, "lease_until": until})
-                if row is not None:
-                    renewed.append(Renewal(task_id, fence, bool(row["cancel_requested"])))
-        return renewed
+            now = d.approximate_now()
+            until = d.encode_time(now + timedelta(seconds=lease))
+            params = [
+                {"id": task_id, "fence": fence, "node": node, "lease": lease, "lease_until": until}
+                for task_id, fence in runs
+            ]
+            results = s.fetch_many("renew_lease", params)
+        return [
+            Renewal(task_id, fence, bool(rows[0]["cancel_requested"]))
+            for (task_id, fence), rows in zip(runs, results, strict=True)
+            if rows
+        ]
 
     def finish(self, node: str, outcomes: Sequence[Outcome]) -> list[bool]:
         return self._settle(node, outcomes, reaping=False)
@@ -178,15 +238,16 @@ class SQLStore:
         return self._settle(lease_owner, outcomes, reaping=True)
 
     def _settle(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool) -> list[bool]:
+        if not outcomes:
+            return []
         d = self.dialect
-        applied: list[bool] = []
         with d.transaction() as s:
-            now = d.encode_time(d.now())
-            for o in outcomes:
-                params = {
+            now = d.encode_time(d.approximate_now())
+            params = [
+                {
                     "now": now,
                     "node": node,
-                    "expired_before": now if reaping else None,
+                    "reaping": reaping,
                     "task_id": o.task_id,
                     "fence": o.fence,
                     "execution_id": o.execution_id,
@@ -202,12 +263,22 @@ class SQLStore:
                     "error_traceback": o.error.traceback if o.error else None,
                     **self._result_params(o),
                 }
-                if s.fetch_one("settle_task", params) is None:
-                    log.warning("stale result dropped: task %s fence %s node %s (lease lost)", o.task_id, o.fence, node)
-                    applied.append(False)
-                    continue
-                s.execute("finish_execution", params)
-                applied.append(True)
+                for o in outcomes
+            ]
+            if d.batched:
+                applied = [bool(rows) for rows in s.fetch_many("settle_run", params)]
+            else:
+                applied = []
+                for p in params:
+                    settled = s.fetch_one("settle_task", p) is not None
+                    if settled:
+                        s.execute("finish_execution", p)
+                    applied.append(settled)
+            if reaping and any(applied):
+                self._notify(s, "due")  # recovered runs are due again
+        for o, ok in zip(outcomes, applied, strict=True):
+            if not ok:
+                log.warning("stale result dropped: task %s fence %s node %s (lease lost)", o.task_id, o.fence, node)
         return applied
 
     def _result_params(self, o: Outcome) -> dict[str, Any]:
@@ -227,18 +298,20 @@ class SQLStore:
         d = self.dialect
         released = 0
         with d.transaction() as s:
-            now = d.encode_time(d.now())
+            now = d.encode_time(d.approximate_now())
             for c in claims:
                 params = {"now": now, "node": node, "task_id": c.task.id, "fence": c.fence}
                 if s.fetch_one("release_task", params) is not None:
                     s.execute("delete_execution", {"execution_id": c.execution_id})
                     released += 1
+            if released:
+                self._notify(s, "due")
         return released
 
     def expired(self, limit: int) -> list[Claim]:
         d = self.dialect
         with d.reader() as s:
-            rows = s.fetch_all("expired_runs", {"now": d.encode_time(d.now()), "limit": limit})
+            rows = s.fetch_all("expired_runs", {"now": d.encode_time(d.approximate_now()), "limit": limit})
         return [Claim(self._task(r), int(r["execution_id"]), self._time(r["execution_scheduled_for"])) for r in rows]
 
     # -- reading and managing tasks -----------------------------------------------
@@ -263,24 +336,27 @@ class SQLStore:
             return [self._execution(r) for r in s.fetch_all("list_executions", params)]
 
     def cancel(self, task_id: int) -> Task | None:
-        return self._change("cancel_task", task_id)
+        # A running node learns of the request at once through "cancel", or at its next heartbeat.
+        return self._change("cancel_task", task_id, notify="cancel")
 
     def pause(self, task_id: int) -> Task | None:
         return self._change("pause_task", task_id)
 
     def resume(self, task_id: int) -> Task | None:
-        return self._change("resume_task", task_id)
+        return self._change("resume_task", task_id, notify="due")
 
     def trigger(self, task_id: int) -> Task | None:
-        return self._change("trigger_task", task_id)
+        return self._change("trigger_task", task_id, notify="due")
 
-    def _change(self, query: str, task_id: int) -> Task | None:
+    def _change(self, query: str, task_id: int, notify: str | None = None) -> Task | None:
         """Apply a guarded state change; if its guard fails return the task as it is."""
         d = self.dialect
         with d.transaction() as s:
-            row = s.fetch_one(query, {"id": task_id, "now": d.encode_time(d.now())})
+            row = s.fetch_one(query, {"id": task_id, "now": d.encode_time(d.approximate_now())})
             if row is None:
                 row = s.fetch_one("get_task", {"id": task_id})
+            elif notify is not None:
+                self._notify(s, notify)
         return self._task(row) if row else None
 
     # -- nodes ----------------------------------------------------------------------
@@ -295,7 +371,7 @@ class SQLStore:
                     "host": node.host,
                     "pid": node.pid,
                     "started_at": d.encode_time(node.started_at),
-                    "now": d.encode_time(d.now()),
+                    "now": d.encode_time(d.approximate_now()),
                     "capacity": node.capacity,
                     "running": node.running,
                 },
@@ -304,7 +380,7 @@ class SQLStore:
     def node_heartbeat(self, node_id: str, running: int) -> None:
         d = self.dialect
         with d.transaction() as s:
-            s.execute("node_heartbeat", {"id": node_id, "running": running, "now": d.encode_time(d.now())})
+            s.execute("node_heartbeat", {"id": node_id, "running": running, "now": d.encode_time(d.approximate_now())})
 
     def remove_node(self, node_id: str) -> None:
         with self.dialect.transaction() as s:
@@ -313,7 +389,8 @@ class SQLStore:
     def prune_nodes(self, silent_for: float) -> int:
         d = self.dialect
         with d.transaction() as s:
-            return s.execute("prune_nodes", {"cutoff": d.encode_time(d.now() - timedelta(seconds=silent_for))})
+            cutoff = d.encode_time(d.approximate_now() - timedelta(seconds=silent_for))
+            return s.execute("prune_nodes", {"cutoff": cutoff, "silent_for": silent_for})
 
     def list_nodes(self) -> list[Node]:
         with self.dialect.reader() as s:

@@ -52,11 +52,20 @@ class _Session:
         rows = self._conn.execute(self._texts[query], params).fetchall()
         return rows[0] if rows else None
 
+    def fetch_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[list[Row]]:
+        # In-process: a loop costs no round trips.
+        text = self._texts[query]
+        return [self._conn.execute(text, p).fetchall() for p in params]
+
     def execute(self, query: str, params: Mapping[str, Any]) -> int:
         return self._conn.execute(self._texts[query], params).rowcount
 
 
 class SQLiteDialect:
+    batched = False
+    notifies = False
+    strategies: tuple[str, ...] = ("optimistic",)
+
     def __init__(self, path: str, clock: Callable[[], datetime] = utcnow) -> None:
         if path == ":memory:":
             raise StoreError("url='sqlite:///:memory:': workers and clients need a shared file")
@@ -138,6 +147,8 @@ class SQLiteDialect:
     def now(self) -> datetime:
         return self.clock()
 
+    approximate_now = now
+
     def encode_time(self, value: datetime | None) -> int | None:
         if value is None:
             return None
@@ -156,6 +167,9 @@ class SQLiteDialect:
 
     def encode_names(self, names: Sequence[str]) -> str:
         return json.dumps(list(names))
+
+    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
+        """No notifications on an embedded file: nodes find work by their timed polls."""
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,237 @@
+"""The PostgreSQL dialect: a psycopg 3 connection pool, server-side time, LISTEN/NOTIFY.
+
+Queries are the portable ones with ``:name`` placeholders, translated to psycopg's
+``%(name)s`` when loaded, and ``:now`` to ``now()``: the database clock decides what is
+due and when a lease ends. Batches go in one round trip (a pipelined ``executemany``,
+or one statement over arrays).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from tickwork.clock import utcnow
+from tickwork.codec import dumps
+from tickwork.errors import StoreError
+from tickwork.store import queries
+from tickwork.store.sql import Row, iter_statements
+
+log = logging.getLogger("tickwork.store.postgres")
+
+STATEMENT_TIMEOUT_MS = 30_000
+CHANNEL = "tickwork"
+# How often the estimate of the database clock is refreshed (see PostgresDialect.now).
+CLOCK_REFRESH_S = 30.0
+_PLACEHOLDER = re.compile(r"(?<![:\w]):(?!:)(\w+)")
+_MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
+# Taken by every migrating process so that exactly one applies each migration.
+_MIGRATION_LOCK = 0x7469636B  # "tick"
+
+CONNECT_KWARGS: dict[str, Any] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+
+
+def translate(sql: str) -> str:
+    """``:name`` → ``%(name)s`` and ``:now`` → ``now()``, leaving ``::type`` casts alone."""
+
+    def placeholder(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return "now()" if name == "now" else f"%({name})s"
+
+    return _PLACEHOLDER.sub(placeholder, sql)
+
+
+def _already_encoded(text: Any) -> str:
+    return str(text)
+
+
+def normalize_url(url: str) -> str:
+    for prefix in ("postgresql+psycopg://", "postgres+psycopg://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
+
+
+class _Session:
+    def __init__(self, cursor: psycopg.Cursor[dict[str, Any]], texts: Mapping[str, str]) -> None:
+        self._cur = cursor
+        self._texts = texts
+
+    def fetch_all(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        self._cur.execute(self._texts[query], params)
+        rows: list[Row] = list(self._cur.fetchall())
+        return rows
+
+    def fetch_one(self, query: str, params: Mapping[str, Any]) -> Row | None:
+        rows = self.fetch_all(query, params)
+        return rows[0] if rows else None
+
+    def fetch_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[list[Row]]:
+        if not params:
+            return []
+        self._cur.executemany(self._texts[query], params, returning=True)
+        results: list[list[Row]] = [list(self._cur.fetchall())]
+        while self._cur.nextset():
+            results.append(list(self._cur.fetchall()))
+        return results
+
+    def execute(self, query: str, params: Mapping[str, Any]) -> int:
+        self._cur.execute(self._texts[query], params)
+        return self._cur.rowcount
+
+
+class PostgresDialect:
+    batched = True
+    notifies = True
+    strategies: tuple[str, ...] = ("skip_locked", "optimistic")
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self.url = normalize_url(url)
+        self.texts = {name: translate(sql) for name, sql in queries.load("queries.sql", "postgres.sql").items()}
+        self._offset = timedelta(0)
+        self._offset_at = -CLOCK_REFRESH_S
+        self._offset_lock = threading.Lock()
+        self.pool = ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs=dict(CONNECT_KWARGS),
+            configure=self._configure,
+            name="tickwork",
+            open=False,
+        )
+        try:
+            self.pool.open(wait=True, timeout=15)
+        except Exception as exc:
+            self.pool.close()
+            raise StoreError(f"url={url!r}: cannot connect to PostgreSQL: {exc}") from exc
+
+    @staticmethod
+    def _configure(conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+        conn.execute("SET TimeZone = 'UTC'")
+        conn.commit()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Session]:
+        with self.pool.connection() as conn, conn.transaction():
+            yield _Session(conn.cursor(row_factory=dict_row), self.texts)
+
+    reader = transaction
+
+    def migrate(self) -> int:
+        package = resources.files("tickwork.store").joinpath("migrations/postgres")
+        migrations = sorted(
+            (int(m.group(1)), entry.name) for entry in package.iterdir() if (m := _MIGRATION.match(entry.name))
+        )
+        latest = migrations[-1][0] if migrations else 0
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute("CREATE TABLE IF NOT EXISTS tickwork_schema (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT MAX(version) FROM tickwork_schema").fetchone()
+            current = int(row[0] or 0) if row else 0
+            if current > latest:
+                raise StoreError(
+                    f"schema version {current} is newer than this tickwork knows ({latest}): upgrade tickwork"
+                )
+            for number, name in migrations:
+                if number <= current:
+                    continue
+                script = package.joinpath(name).read_text("utf-8")
+                for statement in iter_statements(script):
+                    conn.execute(statement.encode())
+                conn.execute("INSERT INTO tickwork_schema (version) VALUES (%s)", (number,))
+                current = number
+        return current
+
+    def now(self) -> datetime:
+        """The database clock, read from the database."""
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT clock_timestamp()").fetchone()
+        assert row is not None
+        clock: datetime = row[0]
+        return clock.astimezone(UTC)
+
+    def approximate_now(self) -> datetime:
+        """The database clock without a round trip: the local clock plus an offset
+        measured every CLOCK_REFRESH_S, off by about half a round trip. For values a
+        node computes (retry times, sleeps); what is due and when leases end is decided
+        by now() in SQL."""
+        if time.monotonic() - self._offset_at > CLOCK_REFRESH_S and self._offset_lock.acquire(blocking=False):
+            try:
+                self._refresh_offset()
+            finally:
+                self._offset_lock.release()
+        return utcnow() + self._offset
+
+    def _refresh_offset(self) -> None:
+        try:
+            before = utcnow()
+            database = self.now()
+            after = utcnow()
+            self._offset = database - (before + (after - before) / 2)
+        except Exception:
+            log.warning("could not read the database clock; keeping the last offset", exc_info=True)
+        self._offset_at = time.monotonic()
+
+    def encode_time(self, value: datetime | None) -> datetime | None:
+        return value
+
+    def decode_time(self, value: Any) -> datetime | None:
+        return None if value is None else value.astimezone(UTC)
+
+    def encode_json(self, value: Any) -> Jsonb:
+        # Encode now, once: a value that cannot be encoded fails here, for its own
+        # outcome, not later inside a whole batch's round trip.
+        text = dumps(value)
+        return Jsonb(text, dumps=_already_encoded)
+
+    def decode_json(self, value: Any) -> Any:
+        return value
+
+    def encode_names(self, names: Sequence[str]) -> list[str]:
+        return list(names)
+
+    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
+        """Call ``on_notify(payload)`` for each notification until ``stop`` is set.
+
+        A lost connection is re-established with backoff; ``on_notify("")`` is called
+        whenever listening (re)starts, since notifications sent meanwhile are lost and
+        the node must look for itself.
+        """
+        backoff = 0.1
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, **CONNECT_KWARGS) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    backoff = 0.1
+                    on_notify("")
+                    while not stop.is_set():
+                        for notification in conn.notifies(timeout=0.5):
+                            on_notify(notification.payload)
+            except Exception:
+                log.warning("listening for notifications failed; polling until reconnected", exc_info=True)
+                on_notify("")
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def close(self) -> None:
+        self.pool.close()

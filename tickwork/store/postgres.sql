@@ -1,0 +1,105 @@
+-- PostgreSQL overrides of queries.sql, by name, and the queries only it has.
+-- :now is replaced by now() when loaded: the database clock decides what is due and
+-- when a lease ends, so nodes with skewed clocks agree.
+
+-- name: next_due_at
+SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
+WHERE status = 'PENDING' AND name = ANY(:names);
+
+-- name: claim_candidates
+SELECT id, version FROM tickwork_tasks
+WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names)
+ORDER BY priority DESC, next_run_at, id
+LIMIT :limit;
+
+-- name: claim_skip_locked
+-- One short transaction: lock due rows others have not locked, claim them, log the
+-- runs. Row locks end with the transaction, never held while a task runs.
+WITH picked AS (
+    SELECT id FROM tickwork_tasks
+    WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names)
+    ORDER BY priority DESC, next_run_at, id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE tickwork_tasks t
+    SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
+        lease_expires_at = :now + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
+    FROM picked
+    WHERE t.id = picked.id
+    RETURNING t.*
+), logged AS (
+    INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence)
+    SELECT id, attempt, CASE WHEN triggered THEN next_run_at ELSE scheduled_at END, :now, 'RUNNING', :node, version
+    FROM claimed
+    RETURNING id, task_id, scheduled_for
+)
+SELECT claimed.*, logged.id AS execution_id, logged.scheduled_for AS execution_scheduled_for
+FROM claimed JOIN logged ON logged.task_id = claimed.id;
+
+-- name: claim_cas_batch
+-- Compare-and-set on version for a batch of candidates read without locks: a row
+-- another node changed meanwhile no longer matches its version and is skipped.
+WITH candidate AS (
+    SELECT * FROM unnest(:ids::bigint[], :versions::bigint[]) AS c(id, version)
+), claimed AS (
+    UPDATE tickwork_tasks t
+    SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
+        lease_expires_at = :now + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
+    FROM candidate c
+    WHERE t.id = c.id AND t.version = c.version AND t.status = 'PENDING'
+    RETURNING t.*
+), logged AS (
+    INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence)
+    SELECT id, attempt, CASE WHEN triggered THEN next_run_at ELSE scheduled_at END, :now, 'RUNNING', :node, version
+    FROM claimed
+    RETURNING id, task_id, scheduled_for
+)
+SELECT claimed.*, logged.id AS execution_id, logged.scheduled_for AS execution_scheduled_for
+FROM claimed JOIN logged ON logged.task_id = claimed.id;
+
+-- name: renew_lease
+UPDATE tickwork_tasks SET lease_expires_at = :now + make_interval(secs => :lease)
+WHERE id = :id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
+RETURNING id, cancel_requested;
+
+-- name: settle_run
+-- settle_task and finish_execution in one statement: the execution row is finished
+-- only if the fenced task update applied.
+WITH settled AS (
+    UPDATE tickwork_tasks
+    SET status = CASE WHEN cancel_requested THEN 'CANCELLED' ELSE :task_status END,
+        scheduled_at = :scheduled_at, next_run_at = :next_run_at, attempt = :attempt,
+        triggered = :triggered, run_count = run_count + 1, last_status = :status,
+        lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+    WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
+      AND (NOT :reaping OR lease_expires_at < :now)
+    RETURNING id
+), logged AS (
+    UPDATE tickwork_executions
+    SET status = :status, finished_at = :finished_at, error_type = :error_type,
+        error_message = :error_message, error_traceback = :error_traceback,
+        result = :result, note = :note
+    WHERE id = :execution_id AND status = 'RUNNING' AND EXISTS (SELECT 1 FROM settled)
+)
+SELECT id FROM settled;
+
+-- name: list_tasks
+SELECT * FROM tickwork_tasks
+WHERE (:status::text IS NULL OR status = :status::text) AND (:name::text IS NULL OR name = :name::text)
+ORDER BY id
+LIMIT :limit OFFSET :offset;
+
+-- name: list_executions
+SELECT * FROM tickwork_executions
+WHERE (:task_id::bigint IS NULL OR task_id = :task_id::bigint)
+  AND (:status::text IS NULL OR status = :status::text)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: prune_nodes
+DELETE FROM tickwork_nodes WHERE heartbeat_at < :now - make_interval(secs => :silent_for);
+
+-- name: notify
+-- Delivered when the transaction commits, to every node listening on any host.
+SELECT pg_notify('tickwork', :payload);
