@@ -1,4 +1,5 @@
-"""Integration tests with real worker processes on one SQLite file."""
+"""Integration tests with real worker processes on one SQLite file (see test_postgres_nodes
+for many nodes on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps.basic import app as test_app
 from tests.conftest import wait_for
-from tests.workers import Fleet, read_records
+from tests.workers import Fleet, client_for, read_records
 from tickwork import App, ExecutionStatus, Status
 
 
@@ -26,10 +26,7 @@ def records(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def client(sqlite_url: str) -> Iterator[App]:
-    """An App with the test app's registry (names only) on this test's database."""
-    app = App(sqlite_url)
-    for definition in test_app.registry:
-        app.registry.add(definition.name, definition.func, definition.options)
+    app: App = client_for(sqlite_url)
     yield app
     app.close()
 

@@ -75,3 +75,14 @@ class Fleet:
         for worker in self.procs:
             if worker.proc.poll() is None:
                 worker.kill()
+
+
+def client_for(db_url: str) -> Any:
+    """An App on ``db_url`` that knows the test app's task names (to schedule them)."""
+    from tests.apps.basic import app as test_app
+    from tickwork import App
+
+    app = App(db_url)
+    for definition in test_app.registry:
+        app.registry.add(definition.name, definition.func, definition.options)
+    return app

@@ -262,8 +262,9 @@ class Worker:
         for run in runs:
             renewal = kept.get((run.task_id, run.claim.fence))
             if renewal is None:
-                log.warning("task %s: lease lost (fence %s); cancelling the run", run.task_id, run.claim.fence)
-                run.request_cancel(CancelReason.LOST)
+                if not run.finished:  # a finished run's result may just have been written
+                    log.warning("task %s: lease lost (fence %s); cancelling the run", run.task_id, run.claim.fence)
+                    run.request_cancel(CancelReason.LOST)
                 continue
             run.renewed_at = now
             if renewal.cancel_requested:

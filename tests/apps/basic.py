@@ -16,8 +16,9 @@ from tickwork import App, Context
 app = App(
     lease=float(os.environ.get("TICKWORK_TEST_LEASE", "5")),
     heartbeat=float(os.environ.get("TICKWORK_TEST_HEARTBEAT", "0.5")),
-    poll_interval=0.2,
+    poll_interval=float(os.environ.get("TICKWORK_TEST_POLL", "0.2")),
     shutdown_grace=float(os.environ.get("TICKWORK_TEST_GRACE", "10")),
+    claim=os.environ.get("TICKWORK_TEST_CLAIM") or None,
 )
 
 

@@ -32,6 +32,8 @@ from tickwork.store.sql import Row, iter_statements
 log = logging.getLogger("tickwork.store.postgres")
 
 STATEMENT_TIMEOUT_MS = 30_000
+# A pool can hold several connections the server dropped at once: try that many + 1.
+BEGIN_ATTEMPTS = 12
 CHANNEL = "tickwork"
 # How often the estimate of the database clock is refreshed (see PostgresDialect.now).
 CLOCK_REFRESH_S = 30.0
@@ -132,8 +134,22 @@ class PostgresDialect:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Session]:
-        with self.pool.connection() as conn, conn.transaction():
-            yield _Session(conn.cursor(row_factory=dict_row), self.texts)
+        """A transaction on a pooled connection. A connection the server dropped (a
+        restart, a failover, an idle timeout) fails at BEGIN, before anything was sent:
+        it is discarded and the transaction starts again on a fresh one."""
+        for attempt in range(1, BEGIN_ATTEMPTS + 1):
+            stack = contextlib.ExitStack()
+            try:
+                conn = stack.enter_context(self.pool.connection())
+                stack.enter_context(conn.transaction())
+            except psycopg.OperationalError:
+                stack.close()  # the pool discards the broken connection
+                if attempt == BEGIN_ATTEMPTS:
+                    raise
+                continue
+            with stack:
+                yield _Session(conn.cursor(row_factory=dict_row), self.texts)
+            return
 
     reader = transaction
 
@@ -164,10 +180,10 @@ class PostgresDialect:
 
     def now(self) -> datetime:
         """The database clock, read from the database."""
-        with self.pool.connection() as conn:
-            row = conn.execute("SELECT clock_timestamp()").fetchone()
+        with self.transaction() as s:
+            row = s.fetch_one("clock", {})
         assert row is not None
-        clock: datetime = row[0]
+        clock: datetime = row["now"]
         return clock.astimezone(UTC)
 
     def approximate_now(self) -> datetime:

@@ -39,15 +39,22 @@ FROM claimed JOIN logged ON logged.task_id = claimed.id;
 
 -- name: claim_cas_batch
 -- Compare-and-set on version for a batch of candidates read without locks: a row
--- another node changed meanwhile no longer matches its version and is skipped.
+-- another node changed meanwhile no longer matches its version and is skipped. Rows
+-- are locked in id order, so two nodes racing for overlapping batches wait for each
+-- other instead of deadlocking; the version is re-checked once the lock is granted.
 WITH candidate AS (
     SELECT * FROM unnest(:ids::bigint[], :versions::bigint[]) AS c(id, version)
+), locked AS (
+    SELECT t.id FROM tickwork_tasks t JOIN candidate c ON c.id = t.id
+    WHERE t.version = c.version AND t.status = 'PENDING'
+    ORDER BY t.id
+    FOR NO KEY UPDATE OF t
 ), claimed AS (
     UPDATE tickwork_tasks t
     SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
         lease_expires_at = :now + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
-    FROM candidate c
-    WHERE t.id = c.id AND t.version = c.version AND t.status = 'PENDING'
+    FROM locked
+    WHERE t.id = locked.id
     RETURNING t.*
 ), logged AS (
     INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence)
@@ -99,6 +106,9 @@ LIMIT :limit;
 
 -- name: prune_nodes
 DELETE FROM tickwork_nodes WHERE heartbeat_at < :now - make_interval(secs => :silent_for);
+
+-- name: clock
+SELECT clock_timestamp() AS now;
 
 -- name: notify
 -- Delivered when the transaction commits, to every node listening on any host.

@@ -216,6 +216,7 @@ class SQLStore:
     def renew(self, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
         if not runs:
             return []
+        runs = sorted(runs)  # every transaction locks task rows in id order: no deadlocks
         d = self.dialect
         with d.transaction() as s:
             now = d.approximate_now()
@@ -240,6 +241,16 @@ class SQLStore:
     def _settle(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool) -> list[bool]:
         if not outcomes:
             return []
+        # Write in task id order (every transaction locks task rows in id order, so two
+        # nodes never wait on each other in a cycle); answer in the caller's order.
+        order = sorted(range(len(outcomes)), key=lambda i: outcomes[i].task_id)
+        applied_sorted = self._settle_sorted(node, [outcomes[i] for i in order], reaping=reaping)
+        applied = [False] * len(outcomes)
+        for position, ok in zip(order, applied_sorted, strict=True):
+            applied[position] = ok
+        return applied
+
+    def _settle_sorted(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool) -> list[bool]:
         d = self.dialect
         with d.transaction() as s:
             now = d.encode_time(d.approximate_now())
@@ -295,6 +306,7 @@ class SQLStore:
     def release(self, node: str, claims: Sequence[Claim]) -> int:
         if not claims:
             return 0
+        claims = sorted(claims, key=lambda c: c.task.id)
         d = self.dialect
         released = 0
         with d.transaction() as s:
