@@ -434,19 +434,19 @@ def test_claim_respects_limit(store: Store) -> None:
     assert sorted(claimed) == sorted(t.id for t in tasks)
 
 
-def test_claim_order_priority_first_then_oldest_due(store: Store) -> None:
-    low_old = insert_one(store, one_time(store, offset=-30, priority=0))
-    low_new = insert_one(store, one_time(store, offset=-20, priority=0))
-    high_new = insert_one(store, one_time(store, offset=-5, priority=5))
-    high_old = insert_one(store, one_time(store, offset=-15, priority=5))
+def test_claim_order_oldest_due_first_priority_breaks_ties(store: Store) -> None:
+    slot = store.now() - timedelta(seconds=20)
+    low_tie = insert_one(store, one_time(store, scheduled_at=slot, next_run_at=slot, priority=0))
+    high_tie = insert_one(store, one_time(store, scheduled_at=slot, next_run_at=slot, priority=5))
+    oldest = insert_one(store, one_time(store, offset=-1000, priority=-1))
+    newest = insert_one(store, one_time(store, offset=-5, priority=50))
     insert_one(store, one_time(store, offset=3600, priority=100))  # not due, whatever its priority
-    negative = insert_one(store, one_time(store, offset=-1000, priority=-1))
     insert_one(store, one_time(store, name=OTHER, priority=1000))  # another name
 
     two = store.claim("node-a", [NAME], 2, LEASE)
-    assert {c.task.id for c in two} == {high_old.id, high_new.id}
-    order = [claim_one(store).task.id for _ in range(3)]
-    assert order == [low_old.id, low_new.id, negative.id]
+    assert [c.task.id for c in two] == [oldest.id, high_tie.id]
+    order = [claim_one(store).task.id for _ in range(2)]
+    assert order == [low_tie.id, newest.id]
     assert store.claim("node-a", [NAME], 10, LEASE) == []
 
 

@@ -118,7 +118,8 @@ class Store(Protocol):
     def claim(self, node: str, names: Sequence[str], limit: int, lease: float) -> list[Claim]:
         """Claim at most ``limit`` due PENDING tasks with these names, for ``lease`` seconds.
 
-        Due means ``next_run_at <= now``; higher priority first, then oldest due. Each
+        Due means ``next_run_at <= now``; oldest due first, higher priority first among
+        tasks due at the same time (Quartz's order: it keeps the claim an index walk). Each
         claim bumps the task's version, sets it RUNNING with this node's lease,
         increments ``attempt`` and inserts a RUNNING execution row. A task is claimed
         by at most one node, however many claim at once.

@@ -9,7 +9,7 @@ WHERE status = 'PENDING' AND name = ANY(:names);
 -- name: claim_candidates
 SELECT id, version FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names)
-ORDER BY priority DESC, next_run_at, id
+ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
 -- name: claim_skip_locked
@@ -18,7 +18,7 @@ LIMIT :limit;
 WITH picked AS (
     SELECT id FROM tickwork_tasks
     WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names)
-    ORDER BY priority DESC, next_run_at, id
+    ORDER BY next_run_at, priority DESC, id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -113,3 +113,34 @@ SELECT clock_timestamp() AS now;
 -- name: notify
 -- Delivered when the transaction commits, to every node listening on any host.
 SELECT pg_notify('tickwork', :payload);
+
+-- name: settle_batch
+-- settle_run for a whole batch in one statement over arrays (one parse, one plan, one
+-- round trip). Each row is still fenced by its own version and lease owner.
+WITH o AS (
+    SELECT * FROM unnest(
+        :task_ids::bigint[], :fences::bigint[], :execution_ids::bigint[], :statuses::text[],
+        :task_statuses::text[], :scheduled_ats::timestamptz[], :next_run_ats::timestamptz[],
+        :finished_ats::timestamptz[], :attempts::int[], :triggereds::boolean[], :error_types::text[],
+        :error_messages::text[], :error_tracebacks::text[], :results::jsonb[], :notes::text[]
+    ) AS o(task_id, fence, execution_id, status, task_status, scheduled_at, next_run_at, finished_at,
+           attempt, triggered, error_type, error_message, error_traceback, result, note)
+), settled AS (
+    UPDATE tickwork_tasks t
+    SET status = CASE WHEN t.cancel_requested THEN 'CANCELLED' ELSE o.task_status END,
+        scheduled_at = o.scheduled_at, next_run_at = o.next_run_at, attempt = o.attempt,
+        triggered = o.triggered, run_count = t.run_count + 1, last_status = o.status,
+        lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+    FROM o
+    WHERE t.id = o.task_id AND t.version = o.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
+      AND (NOT :reaping OR t.lease_expires_at < :now)
+    RETURNING t.id
+), logged AS (
+    UPDATE tickwork_executions e
+    SET status = o.status, finished_at = o.finished_at, error_type = o.error_type,
+        error_message = o.error_message, error_traceback = o.error_traceback,
+        result = o.result, note = o.note
+    FROM o JOIN settled ON settled.id = o.task_id
+    WHERE e.id = o.execution_id AND e.status = 'RUNNING'
+)
+SELECT id FROM settled;

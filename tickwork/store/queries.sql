@@ -31,7 +31,7 @@ WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names));
 SELECT id, version FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
-ORDER BY priority DESC, next_run_at, id
+ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
 -- name: claim_task

@@ -170,7 +170,7 @@ class SQLStore:
                 task = self._decode_claimed(s, row)
                 if task is not None:
                     claims.append(Claim(task, int(row["execution_id"]), self._time(row["execution_scheduled_for"])))
-        claims.sort(key=lambda c: (-c.task.priority, c.task.next_run_at, c.task.id))
+        claims.sort(key=lambda c: (c.task.next_run_at, -c.task.priority, c.task.id))
         return claims
 
     def _compare_and_set(self, s: Session, candidates: list[Row], params: dict[str, Any]) -> list[Row]:
@@ -277,7 +277,17 @@ class SQLStore:
                 for o in outcomes
             ]
             if d.batched:
-                applied = [bool(rows) for rows in s.fetch_many("settle_run", params)]
+                columns = {
+                    "task_ids": "task_id", "fences": "fence", "execution_ids": "execution_id",
+                    "statuses": "status", "task_statuses": "task_status", "scheduled_ats": "scheduled_at",
+                    "next_run_ats": "next_run_at", "finished_ats": "finished_at", "attempts": "attempt",
+                    "triggereds": "triggered", "error_types": "error_type", "error_messages": "error_message",
+                    "error_tracebacks": "error_traceback", "results": "result", "notes": "note",
+                }  # fmt: skip
+                arrays = {plural: [p[single] for p in params] for plural, single in columns.items()}
+                rows = s.fetch_all("settle_batch", {**arrays, "now": now, "node": node, "reaping": reaping})
+                settled = {int(r["id"]) for r in rows}
+                applied = [o.task_id in settled for o in outcomes]
             else:
                 applied = []
                 for p in params:

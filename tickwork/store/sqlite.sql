@@ -1,10 +1,9 @@
 -- SQLite overrides of queries.sql, by name.
 
 -- name: claim_candidates
--- Walk the claim index in ORDER BY order and stop at LIMIT; without the hint the
--- planner may range-scan next_run_at and sort every due row on each claim.
+-- Walk the claim index in ORDER BY order and stop at LIMIT, however many are due.
 SELECT id, version FROM tickwork_tasks INDEXED BY tickwork_tasks_claim
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
-ORDER BY priority DESC, next_run_at, id
+ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;

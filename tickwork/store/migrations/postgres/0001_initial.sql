@@ -34,9 +34,11 @@ CREATE TABLE tickwork_tasks (
     updated_at       TIMESTAMPTZ      NOT NULL
 );
 
-CREATE INDEX tickwork_tasks_claim ON tickwork_tasks (priority DESC, next_run_at, id)
+-- Claims walk this in ORDER BY order from the oldest due task and stop at their LIMIT
+-- (however many are due, whatever the statistics say); MIN(next_run_at) reads its
+-- first entry. Priority breaks ties between tasks due at the same time, as in Quartz.
+CREATE INDEX tickwork_tasks_claim ON tickwork_tasks (next_run_at, priority DESC, id)
     WHERE status = 'PENDING';
-CREATE INDEX tickwork_tasks_due ON tickwork_tasks (next_run_at) WHERE status = 'PENDING';
 CREATE INDEX tickwork_tasks_lease ON tickwork_tasks (lease_expires_at) WHERE status = 'RUNNING';
 CREATE INDEX tickwork_tasks_listing ON tickwork_tasks (status, id);
 CREATE UNIQUE INDEX tickwork_tasks_key ON tickwork_tasks (key)

@@ -32,10 +32,10 @@ CREATE TABLE tickwork_tasks (
     updated_at       INTEGER NOT NULL
 );
 
--- The claim walks the first in its ORDER BY and stops at its LIMIT, however many tasks
--- are due; "when is the next one due" reads the second.
-CREATE INDEX tickwork_tasks_claim ON tickwork_tasks (status, priority DESC, next_run_at, id);
-CREATE INDEX tickwork_tasks_due ON tickwork_tasks (status, next_run_at);
+-- The claim walks this in its ORDER BY order and stops at its LIMIT, however many tasks
+-- are due; "when is the next one due" reads its first PENDING entry. Priority breaks
+-- ties between tasks due at the same time, as in Quartz.
+CREATE INDEX tickwork_tasks_claim ON tickwork_tasks (status, next_run_at, priority DESC, id);
 CREATE INDEX tickwork_tasks_lease ON tickwork_tasks (lease_expires_at) WHERE status = 'RUNNING';
 CREATE UNIQUE INDEX tickwork_tasks_key ON tickwork_tasks (key)
     WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED');
