@@ -360,3 +360,29 @@ def test_a_failing_policy_ends_the_task_failed_instead_of_leaking_its_slot(
     assert app.get(first.id).status is Status.FAILED
     [run] = app.executions(first.id)
     assert run.error is not None and run.error.type == "ZeroDivisionError"
+
+
+def test_prefetch_follows_how_long_runs_take() -> None:
+    from tickwork.worker import Prefetch
+
+    policy = Prefetch(concurrency=8, cap=32)
+    assert policy.extra() == 0  # nothing observed yet: only the free slots
+    policy.observe_refill(0.002)
+    policy.observe_run(30.0)
+    assert policy.extra() == 0  # long runs: hold nothing back from other nodes
+    for _ in range(100):
+        policy.observe_run(0.0001)
+    assert policy.extra() == 32  # runs far shorter than a round trip: the cap
+    assert Prefetch(concurrency=8, cap=0).extra() == 0
+
+
+def test_a_prefetched_run_records_when_it_really_started(app: App) -> None:
+    node = Node(app, concurrency=1)
+    tasks = [app.schedule("t.outlives_lease", kwargs={"seconds": 0.05}) for _ in range(6)]
+    wait_for(lambda: all(app.get(t.id).status is Status.COMPLETED for t in tasks))
+    node.stop()
+    runs = sorted((e for t in tasks for e in app.executions(t.id)), key=lambda e: e.started_at or e.scheduled_for)
+    # one slot: each run starts after the previous one finished, whenever it was claimed
+    for previous, following in itertools.pairwise(runs):
+        assert previous.finished_at is not None and following.started_at is not None
+        assert following.started_at >= previous.finished_at

@@ -377,11 +377,14 @@ class App:
 
     # -- running ------------------------------------------------------------------------------------
 
-    def run_worker(self, concurrency: int = 8, *, install_signals: bool = True) -> None:
-        """Run a node in this thread until SIGINT/SIGTERM (or ``Worker.stop``)."""
+    def run_worker(self, concurrency: int = 8, *, prefetch: int | None = None, install_signals: bool = True) -> None:
+        """Run a node in this thread until SIGINT/SIGTERM (or ``Worker.stop``).
+
+        ``prefetch``: claims held beyond the busy slots; None adapts it to how long runs
+        take (see ``worker.Prefetch``), 0 claims only free slots."""
         from tickwork.worker import Worker
 
-        Worker(self, concurrency=concurrency).run(install_signals=install_signals)
+        Worker(self, concurrency=concurrency, prefetch=prefetch).run(install_signals=install_signals)
 
     def definition(self, name: str) -> TaskDef | None:
         return self.registry.get(name)

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Coroutine
+from datetime import datetime
 from typing import Any
 
 from tickwork.codec import dumps, json_problem
@@ -56,6 +57,7 @@ class Run:
         self.released = False
         self.finished = False  # its result is queued for writing
         self.deadline: float | None = None  # monotonic; set by the node when the run starts
+        self.started_at: datetime | None = None
         self.renewed_at = time.monotonic()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -28,11 +28,17 @@ T = TypeVar("T")
 
 
 class Recorder(Generic[T]):
-    def __init__(self, store: Store, node_id: str, on_written: Callable[[list[T]], None]) -> None:
+    def __init__(
+        self, store: Store, node_id: str, on_written: Callable[[list[T]], None], *, linger: float = 0.0
+    ) -> None:
         self.store = store
         self.node_id = node_id
         self.on_written = on_written
+        self.linger = linger
+        """Seconds to wait for more results after the first: one commit then covers them all."""
         self.failure: BaseException | None = None
+        self.write_s = 0.0
+        """How long the last batch took to write (part of a slot's refill time)."""
         self.stale = 0
         self._queue: queue.SimpleQueue[tuple[T, Outcome] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name="tickwork-recorder", daemon=True)
@@ -56,9 +62,11 @@ class Recorder(Generic[T]):
                 if first is None:
                     break
                 batch = [first]
+                linger_until = time.monotonic() + self.linger
                 while len(batch) < MAX_BATCH:
                     try:
-                        more = self._queue.get_nowait()
+                        left = linger_until - time.monotonic()
+                        more = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
                     except queue.Empty:
                         break
                     if more is None:
@@ -71,8 +79,10 @@ class Recorder(Generic[T]):
             raise
 
     def _write(self, batch: list[tuple[T, Outcome]]) -> None:
-        deadline = time.monotonic() + RETRY_FOR_S
+        started = time.monotonic()
+        deadline = started + RETRY_FOR_S
         applied = self._finish_with_retry([outcome for _, outcome in batch], deadline)
+        self.write_s = time.monotonic() - started
         for (_, outcome), ok in zip(batch, applied, strict=True):
             if ok is False:
                 self.stale += 1

@@ -242,6 +242,7 @@ def outcome_of(
     result: Any = None,
     note: str | None = None,
     interrupted: bool = False,
+    started_at: datetime | None = None,
 ) -> Outcome:
     """The fenced write that records a run that ended at ``now`` and applies ``settle``'s decision."""
     s = settle(claim.task, status, now, interrupted=interrupted)
@@ -259,6 +260,7 @@ def outcome_of(
         error=error,
         result=result,
         note=note,
+        started_at=started_at,
     )
 
 

@@ -42,6 +42,8 @@ log = logging.getLogger("tickwork.worker")
 
 # A node row whose heartbeat is older than this (and three leases) belongs to a dead node.
 NODE_TTL_FLOOR_S = 60.0
+# Prefetch never exceeds this many claims per slot.
+PREFETCH_CAP_PER_SLOT = 4
 # While cancelled runs are awaited at shutdown, say so this often.
 INTERRUPT_LOG_EVERY_S = 5.0
 # The longest pause between claim attempts while the store keeps failing.
@@ -51,11 +53,49 @@ MAX_ERROR_PAUSE_S = 10.0
 LEASE_SAFETY = 0.8
 
 
+class Prefetch:
+    """How many claims a node holds beyond its busy slots.
+
+    Enough to keep the slots busy during one refill (the round trips that write results
+    and claim more), at the rate runs are ending: ``concurrency * refill time / run time``,
+    capped. Long runs give ~0, so a node never sits on work another node could start;
+    very short runs give the cap, so a node is not bound by its round trips. With no runs
+    observed yet it is 0: a node starting on a herd takes only its slots.
+    """
+
+    SMOOTHING = 0.2
+
+    def __init__(self, concurrency: int, cap: int) -> None:
+        self.concurrency = concurrency
+        self.cap = cap
+        self.run_s: float | None = None
+        self.refill_s: float | None = None
+
+    def observe_run(self, seconds: float) -> None:
+        self.run_s = self._smooth(self.run_s, seconds)
+
+    def observe_refill(self, seconds: float) -> None:
+        self.refill_s = self._smooth(self.refill_s, seconds)
+
+    def extra(self) -> int:
+        if self.cap <= 0 or self.run_s is None or self.refill_s is None:
+            return 0
+        return min(self.cap, int(self.concurrency * self.refill_s / max(self.run_s, 1e-6)))
+
+    def _smooth(self, average: float | None, sample: float) -> float:
+        return sample if average is None else average + self.SMOOTHING * (sample - average)
+
+
 class Worker:
-    def __init__(self, app: App, *, concurrency: int = 8, node_id: str | None = None) -> None:
+    def __init__(
+        self, app: App, *, concurrency: int = 8, prefetch: int | None = None, node_id: str | None = None
+    ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency}: must be at least 1")
         self.app = app
+        if prefetch is not None and prefetch < 0:
+            raise ValueError(f"prefetch={prefetch}: must be >= 0")
+        self.prefetch = Prefetch(concurrency, PREFETCH_CAP_PER_SLOT * concurrency if prefetch is None else prefetch)
         self.store = app.store
         self.concurrency = concurrency
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -126,11 +166,14 @@ class Worker:
                 raise RuntimeError("monitor thread died; stopping the node") from self._monitor_failed
             if self._recorder.failure is not None:
                 raise RuntimeError("recorder thread died; stopping the node") from self._recorder.failure
-            free = self.concurrency - self.running
+            free = self.concurrency + self.prefetch.extra() - self.running
             claimed = 0
             if free > 0:
                 try:
+                    started = time.monotonic()
                     claims = self.store.claim(self.node_id, self.names, free, self.app.lease)
+                    if claims:
+                        self.prefetch.observe_refill(time.monotonic() - started + self._recorder.write_s)
                 except Exception:
                     failures += 1
                     pause = min(self.app.poll_interval * failures, MAX_ERROR_PAUSE_S)
@@ -188,10 +231,13 @@ class Worker:
                 cancel_event=run.cancel_event,
                 renew=lambda: self._renew_one(run),
             )
+            run.started_at = self.store.approximate_now()
             if task.timeout is not None:
                 run.deadline = time.monotonic() + task.timeout
                 self._monitor_wake.set()
+            began = time.monotonic()
             result = self.executor.execute(run, ctx)
+            self.prefetch.observe_run(time.monotonic() - began)
         except Exception as exc:
             # Executor.execute turns task errors into results: this is a bug of ours.
             log.exception("task %s: unexpected error while running", run.task_id)
@@ -209,7 +255,7 @@ class Worker:
         try:
             outcome = outcome_of(
                 run.claim, result.status, now, error=result.error, result=result.result, note=result.note,
-                interrupted=interrupted,
+                interrupted=interrupted, started_at=run.started_at,
             )  # fmt: skip
         except Exception as exc:
             log.exception("task %s: cannot compute its next state; ending it FAILED", run.task_id)

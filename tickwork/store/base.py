@@ -73,6 +73,8 @@ class Outcome:
     triggered: bool
     finished_at: datetime
     error: ErrorInfo | None = None
+    started_at: datetime | None = None
+    """When the run really started, if later than its claim (it waited as prefetch)."""
     result: Any = None
     note: str | None = None
 

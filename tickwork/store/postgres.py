@@ -155,6 +155,18 @@ class PostgresDialect:
                 yield _Session(conn.cursor(row_factory=dict_row), self.texts)
             return
 
+    @contextlib.contextmanager
+    def single(self) -> Iterator[_Session]:
+        """Autocommit, for one statement that is atomic by itself: one round trip, no
+        BEGIN or COMMIT of its own."""
+        with self.pool.connection() as conn:
+            conn.autocommit = True
+            try:
+                yield _Session(conn.cursor(row_factory=dict_row), self.texts)
+            finally:
+                if not conn.closed:
+                    conn.autocommit = False
+
     reader = transaction
 
     def migrate(self) -> int:

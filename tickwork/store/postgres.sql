@@ -65,32 +65,6 @@ WITH candidate AS (
 SELECT claimed.*, logged.id AS execution_id, logged.scheduled_for AS execution_scheduled_for
 FROM claimed JOIN logged ON logged.task_id = claimed.id;
 
--- name: renew_lease
-UPDATE tickwork_tasks SET lease_expires_at = :now + make_interval(secs => :lease)
-WHERE id = :id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
-RETURNING id, cancel_requested;
-
--- name: settle_run
--- settle_task and finish_execution in one statement: the execution row is finished
--- only if the fenced task update applied.
-WITH settled AS (
-    UPDATE tickwork_tasks
-    SET status = CASE WHEN cancel_requested THEN 'CANCELLED' ELSE :task_status END,
-        scheduled_at = :scheduled_at, next_run_at = :next_run_at, attempt = :attempt,
-        triggered = :triggered, run_count = run_count + 1, last_status = :status,
-        lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
-    WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
-      AND (NOT :reaping OR lease_expires_at < :now)
-    RETURNING id
-), logged AS (
-    UPDATE tickwork_executions
-    SET status = :status, finished_at = :finished_at, error_type = :error_type,
-        error_message = :error_message, error_traceback = :error_traceback,
-        result = :result, note = :note
-    WHERE id = :execution_id AND status = 'RUNNING' AND EXISTS (SELECT 1 FROM settled)
-)
-SELECT id FROM settled;
-
 -- name: list_tasks
 SELECT * FROM tickwork_tasks
 WHERE (:status::text IS NULL OR status = :status::text) AND (:name::text IS NULL OR name = :name::text)
@@ -115,15 +89,17 @@ SELECT clock_timestamp() AS now;
 SELECT pg_notify('tickwork', :payload);
 
 -- name: settle_batch
--- settle_run for a whole batch in one statement over arrays (one parse, one plan, one
--- round trip). Each row is still fenced by its own version and lease owner.
+-- settle_task + finish_execution for a whole batch in one statement over arrays (one
+-- parse, one plan, one round trip). Each row is still fenced by its own version and
+-- lease owner; an execution row is finished only if its task's update applied.
 WITH o AS (
     SELECT * FROM unnest(
         :task_ids::bigint[], :fences::bigint[], :execution_ids::bigint[], :statuses::text[],
         :task_statuses::text[], :scheduled_ats::timestamptz[], :next_run_ats::timestamptz[],
-        :finished_ats::timestamptz[], :attempts::int[], :triggereds::boolean[], :error_types::text[],
-        :error_messages::text[], :error_tracebacks::text[], :results::jsonb[], :notes::text[]
-    ) AS o(task_id, fence, execution_id, status, task_status, scheduled_at, next_run_at, finished_at,
+        :finished_ats::timestamptz[], :started_ats::timestamptz[], :attempts::int[],
+        :triggereds::boolean[], :error_types::text[], :error_messages::text[], :error_tracebacks::text[],
+        :results::jsonb[], :notes::text[]
+    ) AS o(task_id, fence, execution_id, status, task_status, scheduled_at, next_run_at, finished_at, started_at,
            attempt, triggered, error_type, error_message, error_traceback, result, note)
 ), settled AS (
     UPDATE tickwork_tasks t
@@ -137,10 +113,18 @@ WITH o AS (
     RETURNING t.id
 ), logged AS (
     UPDATE tickwork_executions e
-    SET status = o.status, finished_at = o.finished_at, error_type = o.error_type,
+    SET status = o.status, started_at = COALESCE(o.started_at, e.started_at), finished_at = o.finished_at,
+        error_type = o.error_type,
         error_message = o.error_message, error_traceback = o.error_traceback,
         result = o.result, note = o.note
     FROM o JOIN settled ON settled.id = o.task_id
     WHERE e.id = o.execution_id AND e.status = 'RUNNING'
 )
 SELECT id FROM settled;
+
+-- name: renew_batch
+-- renew_lease for all of a node's runs in one statement.
+UPDATE tickwork_tasks t SET lease_expires_at = :now + make_interval(secs => :lease)
+FROM unnest(:ids::bigint[], :fences::bigint[]) AS r(id, fence)
+WHERE t.id = r.id AND t.version = r.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
+RETURNING t.id, t.version, t.cancel_requested;

@@ -72,7 +72,8 @@ RETURNING id;
 
 -- name: finish_execution
 UPDATE tickwork_executions
-SET status = :status, finished_at = :finished_at, error_type = :error_type,
+SET status = :status, started_at = COALESCE(:started_at, started_at), finished_at = :finished_at,
+    error_type = :error_type,
     error_message = :error_message, error_traceback = :error_traceback,
     result = :result, note = :note
 WHERE id = :execution_id AND status = 'RUNNING';

@@ -48,6 +48,10 @@ class Dialect(Protocol):
         """A write transaction that holds whatever lock makes read-then-write safe."""
         ...
 
+    def single(self) -> contextlib.AbstractContextManager[Session]:
+        """For statements each atomic by itself; may commit each one on its own."""
+        ...
+
     def reader(self) -> contextlib.AbstractContextManager[Session]: ...
 
     def migrate(self) -> int: ...
@@ -151,7 +155,9 @@ class SQLStore:
             return []
         d = self.dialect
         claims: list[Claim] = []
-        with d.transaction() as s:
+        # Batched dialects claim in single self-committing statements (the optimistic read
+        # needs no transaction: the compare-and-set re-checks every version).
+        with d.single() if d.batched else d.transaction() as s:
             now = d.approximate_now()
             params = {
                 "now": d.encode_time(now),
@@ -218,6 +224,13 @@ class SQLStore:
             return []
         runs = sorted(runs)  # every transaction locks task rows in id order: no deadlocks
         d = self.dialect
+        if d.batched:
+            with d.single() as s:
+                rows = s.fetch_all(
+                    "renew_batch",
+                    {"ids": [r[0] for r in runs], "fences": [r[1] for r in runs], "node": node, "lease": lease},
+                )
+            return [Renewal(int(r["id"]), int(r["version"]), bool(r["cancel_requested"])) for r in rows]
         with d.transaction() as s:
             now = d.approximate_now()
             until = d.encode_time(now + timedelta(seconds=lease))
@@ -252,7 +265,7 @@ class SQLStore:
 
     def _settle_sorted(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool) -> list[bool]:
         d = self.dialect
-        with d.transaction() as s:
+        with d.single() if d.batched else d.transaction() as s:
             now = d.encode_time(d.approximate_now())
             params = [
                 {
@@ -267,6 +280,7 @@ class SQLStore:
                     "scheduled_at": d.encode_time(o.scheduled_at),
                     "next_run_at": d.encode_time(o.next_run_at),
                     "finished_at": d.encode_time(o.finished_at),
+                    "started_at": d.encode_time(o.started_at),
                     "attempt": o.attempt,
                     "triggered": o.triggered,
                     "error_type": o.error.type if o.error else None,
@@ -280,7 +294,8 @@ class SQLStore:
                 columns = {
                     "task_ids": "task_id", "fences": "fence", "execution_ids": "execution_id",
                     "statuses": "status", "task_statuses": "task_status", "scheduled_ats": "scheduled_at",
-                    "next_run_ats": "next_run_at", "finished_ats": "finished_at", "attempts": "attempt",
+                    "next_run_ats": "next_run_at", "finished_ats": "finished_at", "started_ats": "started_at",
+                    "attempts": "attempt",
                     "triggereds": "triggered", "error_types": "error_type", "error_messages": "error_message",
                     "error_tracebacks": "error_traceback", "results": "result", "notes": "note",
                 }  # fmt: skip
@@ -291,10 +306,10 @@ class SQLStore:
             else:
                 applied = []
                 for p in params:
-                    settled = s.fetch_one("settle_task", p) is not None
-                    if settled:
+                    ok = s.fetch_one("settle_task", p) is not None
+                    if ok:
                         s.execute("finish_execution", p)
-                    applied.append(settled)
+                    applied.append(ok)
             if reaping and any(applied):
                 self._notify(s, "due")  # recovered runs are due again
         for o, ok in zip(outcomes, applied, strict=True):

@@ -109,6 +109,8 @@ class SQLiteDialect:
                 raise
             conn.execute("COMMIT")
 
+    single = transaction  # one statement or several: the file lock is taken either way
+
     @contextlib.contextmanager
     def reader(self) -> Iterator[_Session]:
         yield _Session(self._conn(), self.texts)
