@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 from tickwork.errors import Cancelled
+
+
+class Flag(Protocol):
+    def is_set(self) -> bool: ...
 
 
 class Context:
@@ -27,7 +31,7 @@ class Context:
         attempt: int,
         scheduled_for: datetime,
         fence: int,
-        cancel_event: threading.Event,
+        cancel_flag: Flag,
         renew: Callable[[], bool],
     ) -> None:
         self.task_id = task_id
@@ -36,7 +40,7 @@ class Context:
         self.attempt = attempt
         self.scheduled_for = scheduled_for
         self.fence = fence
-        self._cancel_event = cancel_event
+        self._cancel_flag = cancel_flag
         self._renew = renew
         self.logger = logging.LoggerAdapter(
             logging.getLogger(f"tickwork.task.{task_name}"),
@@ -46,10 +50,10 @@ class Context:
     @property
     def cancelled(self) -> bool:
         """True once the run was asked to stop (cancel, timeout, lost lease, shutdown)."""
-        return self._cancel_event.is_set()
+        return self._cancel_flag.is_set()
 
     def raise_if_cancelled(self) -> None:
-        if self._cancel_event.is_set():
+        if self._cancel_flag.is_set():
             raise Cancelled(f"task {self.task_id} execution {self.execution_id} was cancelled")
 
     def heartbeat(self) -> bool:

@@ -111,20 +111,26 @@ class PostgresDialect:
         self._offset = timedelta(0)
         self._offset_at = -CLOCK_REFRESH_S
         self._offset_lock = threading.Lock()
-        self.pool = ConnectionPool(
-            self.url,
-            min_size=1,
-            max_size=pool_size,
-            kwargs=dict(CONNECT_KWARGS),
-            configure=self._configure,
-            name="tickwork",
-            open=False,
-        )
+        self.pool = self._pool(pool_size, autocommit=False)
+        # single() statements commit themselves: connections that never toggle modes.
+        self.autocommit_pool = self._pool(pool_size, autocommit=True)
         try:
             self.pool.open(wait=True, timeout=15)
+            self.autocommit_pool.open(wait=True, timeout=15)
         except Exception as exc:
-            self.pool.close()
+            self.close()
             raise StoreError(f"url={url!r}: cannot connect to PostgreSQL: {exc}") from exc
+
+    def _pool(self, size: int, *, autocommit: bool) -> ConnectionPool[psycopg.Connection[Any]]:
+        return ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=size,
+            kwargs={**CONNECT_KWARGS, "autocommit": autocommit},
+            configure=self._configure,
+            name="tickwork-autocommit" if autocommit else "tickwork",
+            open=False,
+        )
 
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -159,13 +165,8 @@ class PostgresDialect:
     def single(self) -> Iterator[_Session]:
         """Autocommit, for one statement that is atomic by itself: one round trip, no
         BEGIN or COMMIT of its own."""
-        with self.pool.connection() as conn:
-            conn.autocommit = True
-            try:
-                yield _Session(conn.cursor(row_factory=dict_row), self.texts)
-            finally:
-                if not conn.closed:
-                    conn.autocommit = False
+        with self.autocommit_pool.connection() as conn:
+            yield _Session(conn.cursor(row_factory=dict_row), self.texts)
 
     reader = transaction
 
@@ -267,3 +268,4 @@ class PostgresDialect:
 
     def close(self) -> None:
         self.pool.close()
+        self.autocommit_pool.close()
