@@ -9,6 +9,7 @@ or one statement over arrays).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import threading
@@ -20,7 +21,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_loads
 from psycopg_pool import ConnectionPool
 
 from tickwork.clock import utcnow
@@ -63,6 +64,22 @@ def translate(sql: str) -> str:
 
 def _already_encoded(text: Any) -> str:
     return str(text)
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _loads_json(data: bytes | bytearray | memoryview | str) -> Any:
+    """jsonb values arrive as UTF-8 bytes: decode them directly (json.loads would first
+    sniff their encoding), with the empty containers most tasks take as a shortcut."""
+    if isinstance(data, str):
+        return _DECODER.decode(data)
+    raw = bytes(data)
+    if raw == b"[]":
+        return []
+    if raw == b"{}":
+        return {}
+    return _DECODER.decode(raw.decode())
 
 
 def normalize_url(url: str) -> str:
@@ -134,6 +151,7 @@ class PostgresDialect:
 
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
+        set_json_loads(_loads_json, conn)
         conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         conn.execute("SET TimeZone = 'UTC'")
         # Every query of ours is an index walk in index order. With statistics that lag a
