@@ -89,18 +89,17 @@ SELECT clock_timestamp() AS now;
 SELECT pg_notify('tickwork', :payload);
 
 -- name: settle_batch
--- settle_task + finish_execution for a whole batch in one statement over arrays (one
--- parse, one plan, one round trip). Each row is still fenced by its own version and
--- lease owner; an execution row is finished only if its task's update applied.
+-- settle_task + finish_execution for a whole batch in one statement (one parse, one
+-- plan, one round trip): the batch arrives as one JSON array, which the server unpacks
+-- faster than a driver can send one array per column. Each row is still fenced by its
+-- own version and lease owner; an execution row is finished only if its task's update
+-- applied.
 WITH o AS (
-    SELECT * FROM unnest(
-        :task_ids::bigint[], :fences::bigint[], :execution_ids::bigint[], :statuses::text[],
-        :task_statuses::text[], :scheduled_ats::timestamptz[], :next_run_ats::timestamptz[],
-        :finished_ats::timestamptz[], :started_ats::timestamptz[], :attempts::int[],
-        :triggereds::boolean[], :error_types::text[], :error_messages::text[], :error_tracebacks::text[],
-        :results::jsonb[], :notes::text[]
-    ) AS o(task_id, fence, execution_id, status, task_status, scheduled_at, next_run_at, finished_at, started_at,
-           attempt, triggered, error_type, error_message, error_traceback, result, note)
+    SELECT * FROM jsonb_to_recordset(:batch::jsonb) AS o(
+        task_id bigint, fence bigint, execution_id bigint, status text, task_status text,
+        scheduled_at timestamptz, next_run_at timestamptz, finished_at timestamptz, started_at timestamptz,
+        attempt int, triggered boolean, error_type text, error_message text, error_traceback text,
+        result jsonb, note text)
 ), settled AS (
     UPDATE tickwork_tasks t
     SET status = CASE WHEN t.cancel_requested THEN 'CANCELLED' ELSE o.task_status END,

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from tickwork.codec import json_problem
 from tickwork.errors import InvalidInput
 from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal
@@ -266,50 +267,13 @@ class SQLStore:
     def _settle_sorted(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool) -> list[bool]:
         d = self.dialect
         with d.single() if d.batched else d.transaction() as s:
-            now = d.encode_time(d.approximate_now())
-            params = [
-                {
-                    "now": now,
-                    "node": node,
-                    "reaping": reaping,
-                    "task_id": o.task_id,
-                    "fence": o.fence,
-                    "execution_id": o.execution_id,
-                    "status": o.status.value,
-                    "task_status": o.task_status.value,
-                    "scheduled_at": d.encode_time(o.scheduled_at),
-                    "next_run_at": d.encode_time(o.next_run_at),
-                    "finished_at": d.encode_time(o.finished_at),
-                    "started_at": d.encode_time(o.started_at),
-                    "attempt": o.attempt,
-                    "triggered": o.triggered,
-                    "error_type": o.error.type if o.error else None,
-                    "error_message": o.error.message if o.error else None,
-                    "error_traceback": o.error.traceback if o.error else None,
-                    **self._result_params(o),
-                }
-                for o in outcomes
-            ]
+            common = {"now": d.encode_time(d.approximate_now()), "node": node, "reaping": reaping}
             if d.batched:
-                columns = {
-                    "task_ids": "task_id", "fences": "fence", "execution_ids": "execution_id",
-                    "statuses": "status", "task_statuses": "task_status", "scheduled_ats": "scheduled_at",
-                    "next_run_ats": "next_run_at", "finished_ats": "finished_at", "started_ats": "started_at",
-                    "attempts": "attempt",
-                    "triggereds": "triggered", "error_types": "error_type", "error_messages": "error_message",
-                    "error_tracebacks": "error_traceback", "results": "result", "notes": "note",
-                }  # fmt: skip
-                arrays = {plural: [p[single] for p in params] for plural, single in columns.items()}
-                rows = s.fetch_all("settle_batch", {**arrays, "now": now, "node": node, "reaping": reaping})
-                settled = {int(r["id"]) for r in rows}
+                batch = d.encode_json([self._settle_row(o) for o in outcomes])
+                settled = {int(r["id"]) for r in s.fetch_all("settle_batch", {**common, "batch": batch})}
                 applied = [o.task_id in settled for o in outcomes]
             else:
-                applied = []
-                for p in params:
-                    ok = s.fetch_one("settle_task", p) is not None
-                    if ok:
-                        s.execute("finish_execution", p)
-                    applied.append(ok)
+                applied = [self._settle_one(s, o, common) for o in outcomes]
             if reaping and any(applied):
                 self._notify(s, "due")  # recovered runs are due again
         for o, ok in zip(outcomes, applied, strict=True):
@@ -317,16 +281,48 @@ class SQLStore:
                 log.warning("stale result dropped: task %s fence %s node %s (lease lost)", o.task_id, o.fence, node)
         return applied
 
-    def _result_params(self, o: Outcome) -> dict[str, Any]:
-        """Encode one run's result on its own: a value that cannot be stored costs that
-        result (noted on the execution), never the batch it is written with."""
-        if o.result is None:
-            return {"result": None, "note": o.note}
-        try:
-            return {"result": self.dialect.encode_json(o.result), "note": o.note}
-        except (TypeError, ValueError) as exc:
-            note = f"result not stored: {exc}"
-            return {"result": None, "note": f"{o.note}; {note}" if o.note else note}
+    def _settle_one(self, s: Session, o: Outcome, common: dict[str, Any]) -> bool:
+        d = self.dialect
+        row = self._settle_row(o)
+        params = {
+            **common,
+            **row,
+            "scheduled_at": d.encode_time(o.scheduled_at),
+            "next_run_at": d.encode_time(o.next_run_at),
+            "finished_at": d.encode_time(o.finished_at),
+            "started_at": d.encode_time(o.started_at),
+            "result": None if row["result"] is None else d.encode_json(row["result"]),
+        }
+        if s.fetch_one("settle_task", params) is None:
+            return False
+        s.execute("finish_execution", params)
+        return True
+
+    @staticmethod
+    def _settle_row(o: Outcome) -> dict[str, Any]:
+        """One outcome as a JSON object. A result that cannot be stored costs that result
+        (noted on the execution), never the batch it is written with."""
+        result, note = o.result, o.note
+        if result is not None and (problem := json_problem(result)) is not None:
+            result, note = None, f"{note}; result not stored: {problem}" if note else f"result not stored: {problem}"
+        return {
+            "task_id": o.task_id,
+            "fence": o.fence,
+            "execution_id": o.execution_id,
+            "status": o.status.value,
+            "task_status": o.task_status.value,
+            "scheduled_at": o.scheduled_at.isoformat(),
+            "next_run_at": o.next_run_at.isoformat(),
+            "finished_at": o.finished_at.isoformat(),
+            "started_at": o.started_at.isoformat() if o.started_at else None,
+            "attempt": o.attempt,
+            "triggered": o.triggered,
+            "error_type": o.error.type if o.error else None,
+            "error_message": o.error.message if o.error else None,
+            "error_traceback": o.error.traceback if o.error else None,
+            "result": result,
+            "note": note,
+        }
 
     def release(self, node: str, claims: Sequence[Claim]) -> int:
         if not claims:
