@@ -20,22 +20,20 @@ WITH picked AS (
     WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names)
     ORDER BY next_run_at, priority DESC, id
     LIMIT :limit
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE tickwork_tasks t
     SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
         lease_expires_at = :now + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
     FROM picked
     WHERE t.id = picked.id
-    RETURNING t.*
+    RETURNING t.*, nextval('tickwork_executions_id_seq') AS execution_id,
+        CASE WHEN t.triggered THEN t.next_run_at ELSE t.scheduled_at END AS execution_scheduled_for
 ), logged AS (
-    INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence)
-    SELECT id, attempt, CASE WHEN triggered THEN next_run_at ELSE scheduled_at END, :now, 'RUNNING', :node, version
-    FROM claimed
-    RETURNING id, task_id, scheduled_for
+    INSERT INTO tickwork_executions (id, task_id, attempt, scheduled_for, started_at, status, node, fence)
+    SELECT execution_id, id, attempt, execution_scheduled_for, :now, 'RUNNING', :node, version FROM claimed
 )
-SELECT claimed.*, logged.id AS execution_id, logged.scheduled_for AS execution_scheduled_for
-FROM claimed JOIN logged ON logged.task_id = claimed.id;
+SELECT * FROM claimed;
 
 -- name: claim_cas_batch
 -- Compare-and-set on version for a batch of candidates read without locks: a row
@@ -55,15 +53,13 @@ WITH candidate AS (
         lease_expires_at = :now + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
     FROM locked
     WHERE t.id = locked.id
-    RETURNING t.*
+    RETURNING t.*, nextval('tickwork_executions_id_seq') AS execution_id,
+        CASE WHEN t.triggered THEN t.next_run_at ELSE t.scheduled_at END AS execution_scheduled_for
 ), logged AS (
-    INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence)
-    SELECT id, attempt, CASE WHEN triggered THEN next_run_at ELSE scheduled_at END, :now, 'RUNNING', :node, version
-    FROM claimed
-    RETURNING id, task_id, scheduled_for
+    INSERT INTO tickwork_executions (id, task_id, attempt, scheduled_for, started_at, status, node, fence)
+    SELECT execution_id, id, attempt, execution_scheduled_for, :now, 'RUNNING', :node, version FROM claimed
 )
-SELECT claimed.*, logged.id AS execution_id, logged.scheduled_for AS execution_scheduled_for
-FROM claimed JOIN logged ON logged.task_id = claimed.id;
+SELECT * FROM claimed;
 
 -- name: list_tasks
 SELECT * FROM tickwork_tasks

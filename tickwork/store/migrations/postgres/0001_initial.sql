@@ -47,7 +47,9 @@ CREATE UNIQUE INDEX tickwork_tasks_key ON tickwork_tasks (key)
 
 CREATE TABLE tickwork_executions (
     id              BIGSERIAL   PRIMARY KEY,
-    task_id         BIGINT      NOT NULL REFERENCES tickwork_tasks (id) ON DELETE CASCADE,
+    -- No foreign key: execution rows are only ever written in the statement that claims
+    -- their task, and its per-row check would cost every claim a lock on the task row.
+    task_id         BIGINT      NOT NULL,
     attempt         INTEGER     NOT NULL,
     scheduled_for   TIMESTAMPTZ NOT NULL,
     started_at      TIMESTAMPTZ,
