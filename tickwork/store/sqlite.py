@@ -12,6 +12,7 @@ import json
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -85,7 +86,7 @@ class SQLiteDialect:
                 raise StoreError(f"url='sqlite:///{self.path}': directory {str(parent)!r} does not exist")
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._enable_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
@@ -93,6 +94,22 @@ class SQLiteDialect:
             with self._lock:
                 self._all.append(conn)
         return conn
+
+    @staticmethod
+    def _enable_wal(conn: sqlite3.Connection) -> None:
+        """WAL is a property of the file, set once. Setting it needs the file to itself and
+        SQLite answers "locked" at once, without its busy handler, while another connection
+        opens the new file: retry within the busy timeout."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Session]:
