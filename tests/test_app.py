@@ -135,6 +135,7 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], type[TickworkError], str]] = [
     ("kwargs-int-key", dict(kwargs={"m": {1: "a"}}), InvalidInput, r"kwargs\['m'\]=1: .*keys must be strings"),
     ("kwargs-mixed-keys", dict(args=[{1: "a", "b": 2}]), InvalidInput, r"args\[0\]=1: .*keys must be strings"),
     ("args-nested-nan", dict(args=[[1.0, float("inf")]]), InvalidInput, r"args\[0\]\[1\]=inf"),
+    ("kwargs-nul", dict(kwargs={"s": "a\x00b"}), InvalidInput, r"kwargs\['s'\]=.*NUL characters"),
     ("delay-overflow", dict(delay=1e12), InvalidInput, "delay=1000000000000.0"),
     ("every-overflow", dict(every=1e20), InvalidInput, r"every=1e\+20"),
     ("kwargs-not-mapping", dict(kwargs=[1, 2]), InvalidInput, "kwargs="),

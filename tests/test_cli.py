@@ -104,3 +104,9 @@ def test_demo_runs_every_kind_of_task(tmp_path: Path) -> None:
     ]
     assert "runs logged" in result.stdout
     app.close()
+
+
+def test_db_upgrade_and_listing_on_postgresql(run, pg_url: str) -> None:  # type: ignore[no-untyped-def]
+    assert "schema at version 1" in run("--db", pg_url, "db", "upgrade")
+    run("--db", pg_url, "schedule", APP, "test.record", "--delay", "3600")
+    assert "test.record" in run("--db", pg_url, "tasks", "list")

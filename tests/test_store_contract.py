@@ -1262,3 +1262,18 @@ def test_prune_nodes_removes_only_silent_nodes(store: Store) -> None:
     store.node_heartbeat("alive", 0)
     assert store.prune_nodes(0.05) == 1
     assert [n.id for n in store.list_nodes()] == ["alive"]
+
+
+def test_claimed_since_finds_this_nodes_recent_claims_only(store: Store) -> None:
+    insert_one(store, one_time(store))
+    insert_one(store, one_time(store))
+    [early] = store.claim("node-a", [NAME], 1, LEASE)
+    wait_for(lambda: store.now() > early.task.updated_at + timedelta(milliseconds=50))
+    since = store.now()
+    [late] = store.claim("node-a", [NAME], 1, LEASE)
+    assert [c.execution_id for c in store.claimed_since("node-a", since)] == [late.execution_id]
+    assert store.claimed_since("node-b", since) == []
+    assert {c.execution_id for c in store.claimed_since("node-a", since - timedelta(hours=1))} == {
+        early.execution_id,
+        late.execution_id,
+    }

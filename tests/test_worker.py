@@ -386,3 +386,51 @@ def test_a_prefetched_run_records_when_it_really_started(app: App) -> None:
     for previous, following in itertools.pairwise(runs):
         assert previous.finished_at is not None and following.started_at is not None
         assert following.started_at >= previous.finished_at
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_an_error_text_the_store_cannot_hold_is_cleaned_not_lost(
+    kind: str, sqlite_url: str, request: pytest.FixtureRequest
+) -> None:
+    url = sqlite_url if kind == "sqlite" else request.getfixturevalue("pg_url")
+    app = App(url, lease=2.0, heartbeat=0.1, poll_interval=0.1)
+
+    @app.task(name="t.record")
+    def record(ctx: Context) -> None:
+        pass
+
+    @app.task(name="t.nul_error")
+    def nul_error(ctx: Context) -> None:
+        raise ValueError("bad\x00byte \udc80")
+
+    node = Node(app)
+    bad = app.schedule("t.nul_error")
+    good = app.schedule("t.record")
+    wait_for(lambda: app.get(bad.id).status is Status.FAILED and app.get(good.id).status is Status.COMPLETED)
+    node.stop()
+    [run] = app.executions(bad.id)
+    assert run.error is not None and run.error.type == "ValueError"
+    assert run.error.message == "bad\\x00byte \\udc80"
+    app.close()
+
+
+def test_a_prefetched_run_whose_lease_was_lost_never_starts(app: App) -> None:
+    from tickwork.executor import CancelReason, Run
+
+    ran: list[int] = []
+
+    @app.task(name="t.must_not_run")
+    def must_not_run(ctx: Context) -> None:
+        ran.append(ctx.task_id)
+
+    worker = Worker(app, concurrency=1)
+    app.schedule("t.must_not_run")
+    [claim] = app.store.claim(worker.node_id, worker.names, 1, app.lease)
+    definition = app.registry.get("t.must_not_run")
+    assert definition is not None
+    run = Run(claim, definition)
+    worker._runs[run.execution_id] = run
+    run.request_cancel(CancelReason.LOST)  # the monitor found its lease gone while it waited
+    worker._execute(run)
+    assert ran == [] and worker.running == 0
+    worker._pool.shutdown()

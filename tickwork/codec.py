@@ -34,8 +34,31 @@ def json_problem(value: Any) -> str | None:
     return None if problem is None else f"{problem[0]}: {problem[2]}"
 
 
+def clean_text(text: str) -> str:
+    """Text any store can keep: no NUL characters (PostgreSQL refuses them) and no lone
+    surrogates (not encodable as UTF-8). For messages and tracebacks, which come from
+    anywhere; arguments and results are refused instead (check_json)."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "NUL characters cannot be stored"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "not valid Unicode (a lone surrogate)"
+    return None
+
+
 def _find_problem(path: str, value: Any) -> tuple[str, Any, str] | None:
-    if value is None or isinstance(value, (bool, int, str)):
+    if isinstance(value, str):
+        reason = _text_problem(value)
+        return None if reason is None else (path, value, reason)
+    if value is None or isinstance(value, (bool, int)):
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else (path, value, "not JSON: NaN and infinities are not allowed")
@@ -48,6 +71,8 @@ def _find_problem(path: str, value: Any) -> tuple[str, Any, str] | None:
         for key, item in value.items():
             if not isinstance(key, str):
                 return (path, key, "not JSON: object keys must be strings")
+            if (reason := _text_problem(key)) is not None:
+                return (path, key, reason)
             if (found := _find_problem(f"{path}[{key!r}]", item)) is not None:
                 return found
         return None

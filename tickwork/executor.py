@@ -168,6 +168,10 @@ class Executor:
             return self._cancelled(run)
         return self._completed(value)
 
+    def cancelled(self, run: Run) -> RunResult:
+        """The result of a run stopped (by ``run.cancel_reason``) before it started."""
+        return self._cancelled(run)
+
     def _cancelled(self, run: Run, error: ErrorInfo | None = None) -> RunResult:
         reason = run.cancel_reason
         if reason is CancelReason.TIMEOUT:

@@ -8,6 +8,7 @@ a slow store delays new claims, never the fencing.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from tickwork.model import ErrorInfo
 from tickwork.store.base import Outcome, Store
 
 log = logging.getLogger("tickwork.recorder")
@@ -49,7 +51,7 @@ class Recorder(Generic[T]):
     def submit(self, item: T, outcome: Outcome) -> None:
         self._queue.put((item, outcome))
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = RETRY_FOR_S + 5.0) -> None:
         """Write everything submitted so far, then end the thread."""
         self._queue.put(None)
         self._thread.join(timeout)
@@ -89,6 +91,20 @@ class Recorder(Generic[T]):
                 log.warning("task %s: result of fence %s was stale and dropped", outcome.task_id, outcome.fence)
         self.on_written([item for item, _ in batch])
 
+    def _finish_scrubbed(self, outcome: Outcome, exc: BaseException) -> bool | None:
+        """An outcome the store refuses whatever the retries (a value it cannot hold):
+        write the run's status without the details rather than lose it."""
+        log.error("task %s: result refused by the store (%s); recording it without details", outcome.task_id, exc)
+        error = ErrorInfo(outcome.error.type, "details could not be stored") if outcome.error else None
+        scrubbed = dataclasses.replace(
+            outcome, result=None, error=error, note=f"details could not be stored: {type(exc).__name__}"
+        )
+        try:
+            return self.store.finish(self.node_id, [scrubbed])[0]
+        except Exception:
+            log.exception("task %s: could not record even the scrubbed result", outcome.task_id)
+            return None
+
     def _finish_with_retry(self, outcomes: list[Outcome], deadline: float) -> list[bool | None]:
         """Per outcome: applied, stale, or None when it could not be written before the
         deadline (its lease then expires and the reconciler records the run as lost)."""
@@ -96,11 +112,13 @@ class Recorder(Generic[T]):
         while True:
             try:
                 return list(self.store.finish(self.node_id, outcomes))
-            except Exception:
+            except Exception as exc:
                 if len(outcomes) > 1:
                     # One bad outcome must not hold back the others: write them one by one,
                     # within the same deadline (an outage costs it once, not once per run).
                     return [self._finish_with_retry([o], deadline)[0] for o in outcomes]
+                if not self.store.is_transient(exc):
+                    return [self._finish_scrubbed(outcomes[0], exc)]
                 if time.monotonic() > deadline:
                     log.exception("could not record the result of task %s", outcomes[0].task_id)
                     return [None]

@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,7 @@ from tickwork.model import ErrorInfo, ExecutionStatus, Node
 from tickwork.reconciler import reconcile
 from tickwork.recorder import Recorder
 from tickwork.schedules import failed_outcome, outcome_of
-from tickwork.store.base import Claim
+from tickwork.store.base import Claim, Renewal
 
 if TYPE_CHECKING:
     from tickwork.app import App
@@ -47,6 +48,9 @@ NODE_TTL_FLOOR_S = 60.0
 PREFETCH_CAP_PER_SLOT = 4
 # While cancelled runs are awaited at shutdown, say so this often.
 INTERRUPT_LOG_EVERY_S = 5.0
+# Runs claimed this long before a failed claim are looked at too: the store's clock and
+# this node's estimate of it may differ by a round trip.
+CLOCK_MARGIN = timedelta(seconds=1)
 # The longest pause between claim attempts while the store keeps failing.
 MAX_ERROR_PAUSE_S = 10.0
 # A run whose lease could not be renewed for this fraction of the lease cancels itself
@@ -141,6 +145,7 @@ class Worker:
         self._beat_now = threading.Event()
         self._monitor: threading.Thread | None = None
         self._listener: threading.Thread | None = None
+        self._reconciler: threading.Thread | None = None
         self._monitor_failed: BaseException | None = None
         self._recorder: Recorder[Run] = Recorder(self.store, self.node_id, self._written)
         self.started = threading.Event()
@@ -156,6 +161,8 @@ class Worker:
         self._monitor = threading.Thread(target=self._monitor_main, name="tickwork-monitor", daemon=True)
         self._monitor.start()
         self._recorder.start()
+        self._reconciler = threading.Thread(target=self._reconcile_main, name="tickwork-reconcile", daemon=True)
+        self._reconciler.start()
         self._listener = threading.Thread(
             target=self.store.listen, args=(self._on_notify, self._monitor_stop), name="tickwork-listen", daemon=True
         )
@@ -199,12 +206,14 @@ class Worker:
             free = self.concurrency + self.prefetch.extra() - self.running
             claimed = 0
             if free > 0:
+                attempted_at = self.store.approximate_now()
                 try:
                     started = time.monotonic()
                     claims = self.store.claim(self.node_id, self.names, free, self.app.lease)
                     if claims:
                         self.prefetch.observe_refill(time.monotonic() - started + self._recorder.write_s)
                 except Exception:
+                    self._give_back_lost_claims(attempted_at - CLOCK_MARGIN)
                     failures += 1
                     pause = min(self.app.poll_interval * failures, MAX_ERROR_PAUSE_S)
                     log.exception("claim failed (%d in a row); next try in %.1f s", failures, pause)
@@ -218,6 +227,20 @@ class Worker:
                     continue  # every slot filled: more may be due
             wakeup.wait(self._sleep_for(free - claimed))
             wakeup.clear()
+
+    def _give_back_lost_claims(self, since: datetime) -> None:
+        """A claim can commit while its reply is lost: the rows are ours, but nothing here
+        knows of them. Release them (fenced) so they run now, not after a lease expiry
+        that would count them as failed attempts."""
+        try:
+            with self._runs_lock:
+                known = set(self._runs)
+            lost = [c for c in self.store.claimed_since(self.node_id, since) if c.execution_id not in known]
+            if lost:
+                released = self.store.release(self.node_id, lost)
+                log.warning("gave back %d claims whose confirmation was lost", released)
+        except Exception:
+            log.warning("could not look for lost claims; their leases will expire", exc_info=True)
 
     def _sleep_for(self, idle_slots: int) -> float:
         """Until the next due task (capped by poll_interval); idle slots make it worth asking."""
@@ -250,6 +273,9 @@ class Worker:
                 if run.released:
                     return
                 run.started = True
+            if run.cancel_reason is not None:  # it waited as prefetch and was cancelled or lost
+                self._skip(run)
+                return
             task = run.claim.task
             ctx = Context(
                 task_id=task.id,
@@ -273,6 +299,16 @@ class Worker:
             log.exception("task %s: unexpected error while running", run.task_id)
             result = RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
         self._record(run, result)
+
+    def _skip(self, run: Run) -> None:
+        """A run stopped before it started. One whose lease was lost belongs to someone
+        else now: forget it, write nothing. One cancelled on request is recorded so."""
+        if run.cancel_reason is CancelReason.LOST:
+            log.warning("task %s: lease lost before the run started; not running it", run.task_id)
+            self._written([run])
+            return
+        log.info("task %s: %s before the run started", run.task_id, run.cancel_reason)
+        self._record(run, self.executor.cancelled(run))
 
     def _record(self, run: Run, result: RunResult) -> None:
         """Hand the result to the recorder; the run keeps its slot and lease until written."""
@@ -310,7 +346,6 @@ class Worker:
                 if time.monotonic() >= next_beat or self._beat_now.is_set():
                     self._beat_now.clear()
                     self._heartbeat()
-                    self._reconcile()
                     next_beat = time.monotonic() + self.app.heartbeat
                 wait = next_beat - time.monotonic()
                 deadline = self._enforce_timeouts()
@@ -326,15 +361,21 @@ class Worker:
     def _heartbeat(self) -> None:
         with self._runs_lock:
             runs = [r for r in self._runs.values() if not r.released]
+        asked = time.monotonic()  # the lease runs from (at the latest) now, not from the reply
         try:
             renewals = self.store.renew(self.node_id, [(r.task_id, r.claim.fence) for r in runs], self.app.lease)
+        except Exception:
+            log.warning("renewing leases failed", exc_info=True)
+            self._cancel_unrenewed(runs)
+        else:
+            self._apply_renewals(runs, renewals, asked)
+        try:
             self.store.node_heartbeat(self.node_id, len(runs))
         except Exception:
-            log.warning("heartbeat failed", exc_info=True)
-            self._cancel_unrenewed(runs)
-            return
+            log.warning("node heartbeat failed", exc_info=True)
+
+    def _apply_renewals(self, runs: list[Run], renewals: list[Renewal], asked: float) -> None:
         kept = {(r.task_id, r.fence): r for r in renewals}
-        now = time.monotonic()
         for run in runs:
             renewal = kept.get((run.task_id, run.claim.fence))
             if renewal is None:
@@ -342,7 +383,7 @@ class Worker:
                     log.warning("task %s: lease lost (fence %s); cancelling the run", run.task_id, run.claim.fence)
                     run.request_cancel(CancelReason.LOST)
                 continue
-            run.renewed_at = now
+            run.renewed_at = asked
             if renewal.cancel_requested:
                 run.request_cancel(CancelReason.CANCEL)
 
@@ -354,11 +395,12 @@ class Worker:
                 run.request_cancel(CancelReason.LOST)
 
     def _renew_one(self, run: Run) -> bool:
+        asked = time.monotonic()
         renewals = self.store.renew(self.node_id, [(run.task_id, run.claim.fence)], self.app.lease)
         if not renewals:
             run.request_cancel(CancelReason.LOST)
             return False
-        run.renewed_at = time.monotonic()
+        run.renewed_at = asked
         if renewals[0].cancel_requested:
             run.request_cancel(CancelReason.CANCEL)
         return True
@@ -378,11 +420,14 @@ class Worker:
                 earliest = run.deadline
         return earliest
 
-    def _reconcile(self) -> None:
-        try:
-            reconcile(self.store, node_ttl=max(NODE_TTL_FLOOR_S, 3 * self.app.lease))
-        except Exception:
-            log.warning("reconciler pass failed", exc_info=True)
+    def _reconcile_main(self) -> None:
+        """Zombie recovery, on its own thread so that a slow pass never delays renewals."""
+        while not self._monitor_stop.is_set():
+            try:
+                reconcile(self.store, node_ttl=max(NODE_TTL_FLOOR_S, 3 * self.app.lease))
+            except Exception:
+                log.warning("reconciler pass failed", exc_info=True)
+            self._monitor_stop.wait(self.app.heartbeat)
 
     # -- shutdown ---------------------------------------------------------------------
 
@@ -397,8 +442,9 @@ class Worker:
         self._monitor_wake.set()
         if self._monitor is not None:
             self._monitor.join(timeout=10)
-        if self._listener is not None:
-            self._listener.join(timeout=5)
+        for thread in (self._listener, self._reconciler):
+            if thread is not None:
+                thread.join(timeout=5)
         self._pool.shutdown()
         self.executor.close()
         try:

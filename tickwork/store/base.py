@@ -150,6 +150,10 @@ class Store(Protocol):
         Fenced; returns how many were released."""
         ...
 
+    def claimed_since(self, node: str, since: datetime) -> list[Claim]:
+        """This node's running claims made at or after ``since`` (by the store's clock)."""
+        ...
+
     def expired(self, limit: int) -> list[Claim]:
         """RUNNING tasks whose lease expired before now, with their execution rows."""
         ...
@@ -207,6 +211,11 @@ class Store(Protocol):
         another process announced ("due": work may be due now; "cancel": a running
         task's cancellation was requested; "": listening (re)started, look for
         yourself). Stores without notifications return at once: nodes then poll."""
+        ...
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether an error raised by this store may go away by itself (connection lost,
+        database locked, server restarting): worth retrying the same write."""
         ...
 
     def close(self) -> None: ...

@@ -33,6 +33,7 @@ from tickwork.store.sql import Row, iter_statements
 log = logging.getLogger("tickwork.store.postgres")
 
 STATEMENT_TIMEOUT_MS = 30_000
+LOCK_TIMEOUT_MS = 5_000
 # A pool can hold several connections the server dropped at once: try that many + 1.
 BEGIN_ATTEMPTS = 12
 CHANNEL = "tickwork"
@@ -122,13 +123,16 @@ class PostgresDialect:
     notifies = True
     strategies: tuple[str, ...] = ("skip_locked", "optimistic")
 
-    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+    def __init__(self, url: str, *, pool_size: int = 6) -> None:
         self.url = normalize_url(url)
         self.texts = {name: translate(sql) for name, sql in queries.load("queries.sql", "postgres.sql").items()}
         self._offset = timedelta(0)
         self._offset_at = -CLOCK_REFRESH_S
         self._offset_lock = threading.Lock()
-        self.pool = self._pool(pool_size, autocommit=False)
+        # A node's hot path (claims, results, renewals) uses the autocommit pool, one
+        # connection per loop; transactions are for clients and the node's bookkeeping.
+        # Small pools: PostgreSQL's default of 100 connections must serve many nodes.
+        self.pool = self._pool(max(2, pool_size // 2), autocommit=False)
         # single() statements commit themselves: connections that never toggle modes.
         self.autocommit_pool = self._pool(pool_size, autocommit=True)
         try:
@@ -153,6 +157,9 @@ class PostgresDialect:
     def _configure(conn: psycopg.Connection[Any]) -> None:
         set_json_loads(_loads_json, conn)
         conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+        # A lock held for longer than this fails the waiting statement, which its caller
+        # retries: a claim or renewal never sits out a lease behind one.
+        conn.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
         conn.execute("SET TimeZone = 'UTC'")
         # Every query of ours is an index walk in index order. With statistics that lag a
         # burst of inserts (a herd of tasks due at once), the planner would otherwise pick
@@ -260,6 +267,11 @@ class PostgresDialect:
 
     def encode_names(self, names: Sequence[str]) -> list[str]:
         return list(names)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        # Connection and server-side availability errors (and pool timeouts, a subclass);
+        # deadlocks and serialization failures, which a retry resolves, too.
+        return isinstance(exc, (psycopg.OperationalError, psycopg.errors.TransactionRollback))
 
     def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
         """Call ``on_notify(payload)`` for each notification until ``stop`` is set.

@@ -1,6 +1,8 @@
 -- PostgreSQL overrides of queries.sql, by name, and the queries only it has.
 -- :now is replaced by now() when loaded: the database clock decides what is due and
--- when a lease ends, so nodes with skewed clocks agree.
+-- when a lease ends, so nodes with skewed clocks agree. Leases run from
+-- clock_timestamp(), the moment the row is written: a statement that waited on a lock
+-- does not hand out a lease that is already partly spent.
 
 -- name: next_due_at
 SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
@@ -24,7 +26,7 @@ WITH picked AS (
 ), claimed AS (
     UPDATE tickwork_tasks t
     SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
-        lease_expires_at = :now + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
+        lease_expires_at = clock_timestamp() + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
     FROM picked
     WHERE t.id = picked.id
     RETURNING t.*, nextval('tickwork_executions_id_seq') AS execution_id,
@@ -50,7 +52,7 @@ WITH candidate AS (
 ), claimed AS (
     UPDATE tickwork_tasks t
     SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
-        lease_expires_at = :now + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
+        lease_expires_at = clock_timestamp() + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
     FROM locked
     WHERE t.id = locked.id
     RETURNING t.*, nextval('tickwork_executions_id_seq') AS execution_id,
@@ -119,7 +121,7 @@ SELECT id FROM settled;
 
 -- name: renew_batch
 -- renew_lease for all of a node's runs in one statement.
-UPDATE tickwork_tasks t SET lease_expires_at = :now + make_interval(secs => :lease)
+UPDATE tickwork_tasks t SET lease_expires_at = clock_timestamp() + make_interval(secs => :lease)
 FROM unnest(:ids::bigint[], :fences::bigint[]) AS r(id, fence)
 WHERE t.id = r.id AND t.version = r.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
 RETURNING t.id, t.version, t.cancel_requested;

@@ -98,6 +98,15 @@ WHERE t.status = 'RUNNING' AND t.lease_expires_at < :now
 ORDER BY t.lease_expires_at
 LIMIT :limit;
 
+-- name: claimed_since
+-- This node's runs claimed at or after :since: after a claim whose reply was lost, the
+-- ones the node never received (and so never started) are among them.
+SELECT t.*, e.id AS execution_id, e.scheduled_for AS execution_scheduled_for
+FROM tickwork_tasks t
+JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.status = 'RUNNING'
+WHERE t.status = 'RUNNING' AND t.lease_owner = :node AND e.started_at >= :since
+ORDER BY t.id;
+
 -- name: get_task
 SELECT * FROM tickwork_tasks WHERE id = :id;
 

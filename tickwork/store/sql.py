@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from tickwork.codec import json_problem
+from tickwork.codec import clean_text, json_problem
 from tickwork.errors import InvalidInput
 from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal
@@ -73,6 +73,8 @@ class Dialect(Protocol):
 
     def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None: ...
 
+    def is_transient(self, exc: BaseException) -> bool: ...
+
     def close(self) -> None: ...
 
 
@@ -99,6 +101,9 @@ class SQLStore:
 
     def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
         self.dialect.listen(on_notify, stop)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return self.dialect.is_transient(exc)
 
     def _notify(self, s: Session, payload: str) -> None:
         if self.dialect.notifies:
@@ -317,11 +322,11 @@ class SQLStore:
             "started_at": o.started_at.isoformat() if o.started_at else None,
             "attempt": o.attempt,
             "triggered": o.triggered,
-            "error_type": o.error.type if o.error else None,
-            "error_message": o.error.message if o.error else None,
-            "error_traceback": o.error.traceback if o.error else None,
+            "error_type": clean_text(o.error.type) if o.error else None,
+            "error_message": clean_text(o.error.message) if o.error else None,
+            "error_traceback": clean_text(o.error.traceback) if o.error else None,
             "result": result,
-            "note": note,
+            "note": clean_text(note) if note else None,
         }
 
     def release(self, node: str, claims: Sequence[Claim]) -> int:
@@ -340,6 +345,12 @@ class SQLStore:
             if released:
                 self._notify(s, "due")
         return released
+
+    def claimed_since(self, node: str, since: datetime) -> list[Claim]:
+        d = self.dialect
+        with d.reader() as s:
+            rows = s.fetch_all("claimed_since", {"node": node, "since": d.encode_time(since)})
+        return [Claim(self._task(r), int(r["execution_id"]), self._time(r["execution_scheduled_for"])) for r in rows]
 
     def expired(self, limit: int) -> list[Claim]:
         d = self.dialect

@@ -187,6 +187,9 @@ class SQLiteDialect:
     def encode_names(self, names: Sequence[str]) -> str:
         return json.dumps(list(names))
 
+    def is_transient(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError)
+
     def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
         """No notifications on an embedded file: nodes find work by their timed polls."""
 

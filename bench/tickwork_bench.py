@@ -1,0 +1,390 @@
+"""tickwork's own benchmark: one table for SQLite, PostgreSQL skip_locked and PostgreSQL
+optimistic, each beside the ceiling of a bare claim loop on the same database.
+
+    .venv/bin/python -m bench.tickwork_bench [--stores sqlite,skip_locked,optimistic] [--scale 1.0]
+
+Workloads (every task is a no-op that appends "<task id> <start ns>" to its process's
+sink file, so runs are counted outside the database too):
+  W1 throughput  20,000 one-time tasks already due, 2 node processes: executions per second
+                 from node launch to the last start.
+  W2 lateness    2,000 tasks spread evenly over 20 s: start - scheduled, p50/p95/p99/max.
+  W3 herd        10,000 tasks due at the same instant: drain time (last start - that
+                 instant), p50/p99 lateness, peak RSS per node.
+  W4 duplicates  4 nodes, 5,000 tasks due just after they are up: how many ran 0, 1, >1 times.
+  wake-up        2 idle nodes with poll_interval=30: a task scheduled for now, start - scheduled.
+  ceiling        a bare loop on the same store, 2 processes, W1's tasks: claim a batch
+                 (PostgreSQL: 500 rows FOR UPDATE SKIP LOCKED), do nothing, write one
+                 execution row per task and mark them done in one transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from tickwork import App, Context
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_ADMIN = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
+CHUNK = 5000
+
+
+# -- node and ceiling processes -----------------------------------------------------------
+
+
+def make_app(url: str, claim: str | None, sink: Path | None, poll: float = 1.0) -> App:
+    app = App(url, claim=claim, poll_interval=poll)
+    fd = os.open(sink / f"{os.getpid()}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT) if sink else -1
+
+    @app.task(name="bench.noop")
+    def noop(ctx: Context, bid: int) -> None:
+        os.write(fd, f"{bid} {time.time_ns()}\n".encode())
+
+    return app
+
+
+def node_main(url: str, claim: str | None, sink: Path, poll: float) -> None:
+    make_app(url, claim, sink, poll).run_worker(concurrency=16)
+
+
+def ceiling_main(url: str, sink: Path) -> None:
+    fd = os.open(sink / f"{os.getpid()}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    if url.startswith("sqlite"):
+        _sqlite_ceiling(url.removeprefix("sqlite:///"), fd)
+    else:
+        _postgres_ceiling(url, fd)
+
+
+def _sqlite_ceiling(path: str, fd: int) -> None:
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+    conn.execute("PRAGMA synchronous=NORMAL")
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        rows = conn.execute(
+            "UPDATE tickwork_tasks SET status='RUNNING' WHERE id IN (SELECT id FROM tickwork_tasks "
+            "WHERE status='PENDING' ORDER BY next_run_at LIMIT 500) RETURNING id, kwargs"
+        ).fetchall()
+        conn.execute("COMMIT")
+        if not rows:
+            return
+        now = int(time.time() * 1e6)
+        os.write(fd, "".join(f"{_bid(k)} {time.time_ns()}\n" for _, k in rows).encode())
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, finished_at, status) "
+            "VALUES (?, 1, ?, ?, ?, 'COMPLETED')",
+            [(i, now, now, now) for i, _ in rows],
+        )
+        conn.executemany("UPDATE tickwork_tasks SET status='COMPLETED' WHERE id=?", [(i,) for i, _ in rows])
+        conn.execute("COMMIT")
+
+
+def _postgres_ceiling(url: str, fd: int) -> None:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        while True:
+            rows = conn.execute(
+                "UPDATE tickwork_tasks SET status='RUNNING' WHERE id IN (SELECT id FROM tickwork_tasks "
+                "WHERE status='PENDING' ORDER BY next_run_at LIMIT 500 FOR UPDATE SKIP LOCKED) "
+                "RETURNING id, kwargs"
+            ).fetchall()
+            if not rows:
+                conn.commit()
+                return
+            os.write(fd, "".join(f"{k['bid']} {time.time_ns()}\n" for _, k in rows).encode())
+            ids = [i for i, _ in rows]
+            conn.execute(
+                "INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, finished_at, status) "
+                "SELECT i, 1, now(), now(), now(), 'COMPLETED' FROM unnest(%s::bigint[]) AS i",
+                (ids,),
+            )
+            conn.execute("UPDATE tickwork_tasks SET status='COMPLETED' WHERE id = ANY(%s)", (ids,))
+            conn.commit()
+
+
+def _bid(kwargs: str) -> int:
+    import json
+
+    return int(json.loads(kwargs)["bid"])
+
+
+# -- one store's run ------------------------------------------------------------------------
+
+
+@dataclass
+class Store:
+    url: str
+    claim: str | None
+    cleanup: list[str] = field(default_factory=list)
+
+
+def fresh_store(kind: str, folder: Path) -> Store:
+    if kind == "sqlite":
+        return Store(f"sqlite:///{folder / f'{uuid.uuid4().hex}.db'}", None)
+    import psycopg
+
+    name = f"tickwork_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    return Store(url, kind, [name])
+
+
+def drop(store: Store) -> None:
+    if not store.cleanup:
+        return
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        for name in store.cleanup:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class Run:
+    """Processes of one workload, and what their sink files say."""
+
+    def __init__(self, store: Store, folder: Path) -> None:
+        self.store = store
+        self.sink = folder / f"sink-{uuid.uuid4().hex[:8]}"
+        self.sink.mkdir()
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, count: int, *, ceiling: bool = False, poll: float = 1.0) -> float:
+        launched = time.time()
+        for _ in range(count):
+            args = ["--ceiling", self.store.url] if ceiling else ["--node", self.store.url, "--poll", str(poll)]
+            if self.store.claim and not ceiling:
+                args += ["--claim", self.store.claim]
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "bench.tickwork_bench", *args, "--sink", str(self.sink)],
+                    cwd=ROOT,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        return launched
+
+    def starts(self) -> list[tuple[int, float]]:
+        out = []
+        for file in self.sink.glob("*.log"):
+            for line in file.read_text().splitlines():
+                bid, ns = line.split()
+                out.append((int(bid), int(ns) / 1e9))
+        return out
+
+    def wait_for(self, count: int, timeout: float = 300, settle: float = 0.0) -> list[tuple[int, float]]:
+        deadline = time.time() + timeout
+        while len({b for b, _ in self.starts()}) < count:
+            if time.time() > deadline or any(p.poll() is not None for p in self.procs):
+                break
+            time.sleep(0.05)
+        if settle:
+            time.sleep(settle)  # W4: give late duplicates the chance to show up
+        return self.starts()
+
+    def peak_rss_mb(self) -> list[float]:
+        peaks = []
+        for p in self.procs:
+            try:
+                status = Path(f"/proc/{p.pid}/status").read_text()
+                kb = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM"))
+                peaks.append(kb / 1024)
+            except (OSError, StopIteration):
+                pass
+        return peaks
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def schedule(store: Store, times: list[datetime]) -> None:
+    app = make_app(store.url, store.claim, None)
+    for i in range(0, len(times), CHUNK):
+        app.schedule_many(
+            [{"task": "bench.noop", "kwargs": {"bid": i + j}, "at": t} for j, t in enumerate(times[i : i + CHUNK])]
+        )
+    app.close()
+
+
+def w1(kind: str, folder: Path, n: int, *, ceiling: bool = False) -> float:
+    store = fresh_store(kind, folder)
+    try:
+        due = datetime.now(UTC) - timedelta(seconds=1)
+        schedule(store, [due] * n)
+        run = Run(store, folder)
+        launched = run.start(2, ceiling=ceiling)
+        starts = run.wait_for(n)
+        run.stop()
+        return len({b for b, _ in starts}) / (max(t for _, t in starts) - launched)
+    finally:
+        drop(store)
+
+
+def lateness_ms(starts: list[tuple[int, float]], due: dict[int, float]) -> list[float]:
+    first: dict[int, float] = {}
+    for bid, t in starts:
+        first[bid] = min(t, first.get(bid, t))
+    return sorted((t - due[bid]) * 1000 for bid, t in first.items())
+
+
+def pct(values: list[float], p: float) -> float:
+    return values[min(len(values) - 1, max(0, round(p / 100 * len(values)) - 1))]
+
+
+def w2(kind: str, folder: Path, n: int, span: float) -> dict[str, float]:
+    store = fresh_store(kind, folder)
+    try:
+        first = datetime.now(UTC) + timedelta(seconds=4)
+        times = [first + timedelta(seconds=span * i / n) for i in range(n)]
+        schedule(store, times)
+        run = Run(store, folder)
+        run.start(2)
+        starts = run.wait_for(n, timeout=span + 60)
+        run.stop()
+        late = lateness_ms(starts, {i: t.timestamp() for i, t in enumerate(times)})
+        return {"p50": pct(late, 50), "p95": pct(late, 95), "p99": pct(late, 99), "max": late[-1]}
+    finally:
+        drop(store)
+
+
+def w3(kind: str, folder: Path, n: int) -> dict[str, float]:
+    store = fresh_store(kind, folder)
+    try:
+        instant = datetime.now(UTC) + timedelta(seconds=6)
+        schedule(store, [instant] * n)
+        run = Run(store, folder)
+        run.start(2)
+        starts = run.wait_for(n)
+        rss = run.peak_rss_mb()
+        run.stop()
+        late = lateness_ms(starts, dict.fromkeys(range(n), instant.timestamp()))
+        return {"drain": late[-1] / 1000, "p50": pct(late, 50), "p99": pct(late, 99), "rss": max(rss, default=0)}
+    finally:
+        drop(store)
+
+
+def w4(kind: str, folder: Path, n: int) -> Counter[str]:
+    store = fresh_store(kind, folder)
+    try:
+        due = datetime.now(UTC) + timedelta(seconds=3)  # just after the 4 nodes are up
+        schedule(store, [due] * n)
+        run = Run(store, folder)
+        run.start(4)
+        starts = run.wait_for(n, settle=2.0)
+        run.stop()
+        per_task = Counter(b for b, _ in starts)
+        return Counter("0" if per_task[i] == 0 else "1" if per_task[i] == 1 else ">1" for i in range(n))
+    finally:
+        drop(store)
+
+
+def wake(kind: str, folder: Path, samples: int) -> dict[str, float]:
+    store = fresh_store(kind, folder)
+    try:
+        schedule(store, [])
+        run = Run(store, folder)
+        run.start(2, poll=30.0)
+        app = make_app(store.url, store.claim, None)
+        delays = []
+        time.sleep(2.0)  # let the nodes start and go idle: the measurement needs them asleep
+        for i in range(samples):
+            before = {b for b, _ in run.starts()}
+            task = app.schedule("bench.noop", kwargs={"bid": 1_000_000 + i})
+            deadline = time.time() + 35
+            while time.time() < deadline:
+                new = [t for b, t in run.starts() if b == 1_000_000 + i and b not in before]
+                if new:
+                    delays.append((new[0] - task.scheduled_at.timestamp()) * 1000)
+                    break
+                time.sleep(0.002)
+        run.stop()
+        app.close()
+        delays.sort()
+        return {"p50": pct(delays, 50), "max": delays[-1]}
+    finally:
+        drop(store)
+
+
+LABELS = {
+    "sqlite": "SQLite (optimistic)",
+    "skip_locked": "PostgreSQL skip_locked",
+    "optimistic": "PostgreSQL optimistic",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stores", default="sqlite,skip_locked,optimistic")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every N (0.1 for a smoke run)")
+    parser.add_argument("--node")
+    parser.add_argument("--ceiling")
+    parser.add_argument("--claim")
+    parser.add_argument("--poll", type=float, default=1.0)
+    parser.add_argument("--sink", type=Path)
+    args = parser.parse_args()
+    if args.node:
+        return node_main(args.node, args.claim, args.sink, args.poll)
+    if args.ceiling:
+        return ceiling_main(args.ceiling, args.sink)
+
+    def n(value: int) -> int:
+        return max(10, int(value * args.scale))
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for kind in args.stores.split(","):
+            print(f"# {LABELS[kind]} ...", file=sys.stderr, flush=True)
+            ceiling = 0.0 if kind == "optimistic" else w1(kind, folder, n(20_000), ceiling=True)
+            rows.append(
+                (
+                    kind,
+                    ceiling,
+                    w1(kind, folder, n(20_000)),
+                    w2(kind, folder, n(2_000), 20.0),
+                    w3(kind, folder, n(10_000)),
+                    w4(kind, folder, n(5_000)),
+                    # Without notifications an embedded node finds new work at its next poll.
+                    wake(kind, folder, 20) if kind != "sqlite" else None,
+                )
+            )
+    pg_ceiling = next((c for k, c, *_ in rows if k == "skip_locked"), 0.0)
+    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}, scale {args.scale}")
+    print(
+        "| store | ceiling exec/s | W1 exec/s (of ceiling) | W2 lateness p50/p95/p99/max ms "
+        "| W3 drain s, p50/p99 ms, peak RSS MB/node | W4 ran 0/1/>1 | wake-up p50/max ms |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for kind, ceiling, tput, late, herd, dup, wk in rows:
+        ceiling = ceiling or pg_ceiling  # both PostgreSQL strategies share one database ceiling
+        wake_text = f"{wk['p50']:.1f} / {wk['max']:.1f}" if wk else "n/a (polls)"
+        print(
+            f"| {LABELS[kind]} | {ceiling:,.0f} | {tput:,.0f} ({tput / ceiling:.2f}) "
+            f"| {late['p50']:.1f} / {late['p95']:.1f} / {late['p99']:.1f} / {late['max']:.1f} "
+            f"| {herd['drain']:.2f}, {herd['p50']:.0f} / {herd['p99']:.0f}, {herd['rss']:.0f} "
+            f"| {dup['0']} / {dup['1']} / {dup['>1']} "
+            f"| {wake_text} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
