@@ -191,7 +191,7 @@ class PostgresDialect:
         """Autocommit, for one statement that is atomic by itself: one round trip, no
         BEGIN or COMMIT of its own."""
         with self.autocommit_pool.connection() as conn:
-            yield _Session(conn.cursor(row_factory=dict_row), self.texts)
+            yield _Session(conn.cursor(row_factory=dict_row, binary=True), self.texts)
 
     reader = transaction
 
@@ -254,7 +254,10 @@ class PostgresDialect:
         return value
 
     def decode_time(self, value: Any) -> datetime | None:
-        return None if value is None else value.astimezone(UTC)
+        moment: datetime | None = value
+        if moment is None or moment.tzinfo is UTC:  # sessions run in UTC: the usual case
+            return moment
+        return moment.astimezone(UTC)
 
     def encode_json(self, value: Any) -> Jsonb:
         # Encode now, once: a value that cannot be encoded fails here, for its own

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tickwork.codec import clean_text, json_problem
 from tickwork.errors import InvalidInput
@@ -21,6 +21,7 @@ from tickwork.store.base import Claim, NewTask, Outcome, Renewal
 log = logging.getLogger("tickwork.store")
 
 Row = Mapping[str, Any]
+E = TypeVar("E")
 
 
 class Session(Protocol):
@@ -76,6 +77,21 @@ class Dialect(Protocol):
     def is_transient(self, exc: BaseException) -> bool: ...
 
     def close(self) -> None: ...
+
+
+# Stored enum values to members: a dict lookup per field instead of an Enum call, on the
+# path that decodes every claimed row.
+_KINDS = {m.value: m for m in Kind}
+_STATUSES = {m.value: m for m in Status}
+_MISFIRES = {m.value: m for m in Misfire}
+_EXECUTION_STATUSES = {m.value: m for m in ExecutionStatus}
+
+
+def _member(members: dict[str, E], value: str) -> E:
+    try:
+        return members[value]
+    except KeyError:
+        raise ValueError(f"unknown stored value {value!r}") from None
 
 
 class SQLStore:
@@ -468,14 +484,14 @@ class SQLStore:
             args=d.decode_json(r["args"]),
             kwargs=d.decode_json(r["kwargs"]),
             key=r["key"],
-            kind=Kind(r["kind"]),
+            kind=_member(_KINDS, r["kind"]),
             cron=r["cron"],
             timezone=r["timezone"],
             interval=r["interval_seconds"],
             scheduled_at=self._time(r["scheduled_at"]),
             next_run_at=self._time(r["next_run_at"]),
-            status=Status(r["status"]),
-            misfire=Misfire(r["misfire"]),
+            status=_member(_STATUSES, r["status"]),
+            misfire=_member(_MISFIRES, r["misfire"]),
             misfire_grace=float(r["misfire_grace"]),
             jitter=float(r["jitter"]),
             timeout=r["timeout"],
@@ -489,7 +505,7 @@ class SQLStore:
             triggered=bool(r["triggered"]),
             attempt=int(r["attempt"]),
             run_count=int(r["run_count"]),
-            last_status=ExecutionStatus(r["last_status"]) if r["last_status"] else None,
+            last_status=_member(_EXECUTION_STATUSES, r["last_status"]) if r["last_status"] else None,
             created_at=self._time(r["created_at"]),
             updated_at=self._time(r["updated_at"]),
         )
