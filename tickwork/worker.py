@@ -44,6 +44,8 @@ log = logging.getLogger("tickwork.worker")
 
 # A node row whose heartbeat is older than this (and three leases) belongs to a dead node.
 NODE_TTL_FLOOR_S = 60.0
+# A busy node whose runs are short claims again once 1/N of its capacity is free.
+CLAIM_BATCH_DIVISOR = 4
 # Prefetch never exceeds this many claims per slot.
 PREFETCH_CAP_PER_SLOT = 4
 # While cancelled runs are awaited at shutdown, say so this often.
@@ -203,7 +205,16 @@ class Worker:
                 raise RuntimeError("monitor thread died; stopping the node") from self._monitor_failed
             if self._recorder.failure is not None:
                 raise RuntimeError("recorder thread died; stopping the node") from self._recorder.failure
-            free = self.concurrency + self.prefetch.extra() - self.running
+            extra = self.prefetch.extra()
+            capacity = self.concurrency + extra
+            running = self.running
+            free = capacity - running
+            if extra and running and free < capacity // CLAIM_BATCH_DIVISOR:
+                # Runs are short and slots refill faster than a round trip: let a batch's
+                # worth free up so that one claim fills it (a finishing run wakes us).
+                wakeup.wait(self.app.poll_interval)
+                wakeup.clear()
+                continue
             claimed = 0
             if free > 0:
                 attempted_at = self.store.approximate_now()

@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb, set_json_loads
 from psycopg_pool import ConnectionPool
@@ -83,6 +84,27 @@ def _loads_json(data: bytes | bytearray | memoryview | str) -> Any:
     return _DECODER.decode(raw.decode())
 
 
+SESSION_SETTINGS = {
+    "statement_timeout": str(STATEMENT_TIMEOUT_MS),
+    # A lock held for longer than this fails the waiting statement, which its caller
+    # retries: a claim or renewal never sits out a lease behind one.
+    "lock_timeout": str(LOCK_TIMEOUT_MS),
+    "TimeZone": "UTC",
+    # Every query of ours is an index walk in index order. With statistics that lag a
+    # burst of inserts (a herd of tasks due at once), the planner would otherwise pick a
+    # bitmap scan and sort every due row on every claim.
+    "enable_bitmapscan": "off",
+}
+
+
+def session_options(url: str) -> str:
+    """Our session settings as libpq ``options`` (set at connect, no round trip), after
+    any options the URL already carries."""
+    given = conninfo_to_dict(url).get("options") or ""
+    ours = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTINGS.items())
+    return f"{given} {ours}".strip()
+
+
 def normalize_url(url: str) -> str:
     for prefix in ("postgresql+psycopg://", "postgres+psycopg://"):
         if url.startswith(prefix):
@@ -125,6 +147,7 @@ class PostgresDialect:
 
     def __init__(self, url: str, *, pool_size: int = 6) -> None:
         self.url = normalize_url(url)
+        self.connect_kwargs = {**CONNECT_KWARGS, "options": session_options(self.url)}
         self.texts = {name: translate(sql) for name, sql in queries.load("queries.sql", "postgres.sql").items()}
         self._offset = timedelta(0)
         self._offset_at = -CLOCK_REFRESH_S
@@ -147,7 +170,7 @@ class PostgresDialect:
             self.url,
             min_size=1,
             max_size=size,
-            kwargs={**CONNECT_KWARGS, "autocommit": autocommit},
+            kwargs={**self.connect_kwargs, "autocommit": autocommit},
             configure=self._configure,
             name="tickwork-autocommit" if autocommit else "tickwork",
             open=False,
@@ -156,16 +179,6 @@ class PostgresDialect:
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
         set_json_loads(_loads_json, conn)
-        conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
-        # A lock held for longer than this fails the waiting statement, which its caller
-        # retries: a claim or renewal never sits out a lease behind one.
-        conn.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
-        conn.execute("SET TimeZone = 'UTC'")
-        # Every query of ours is an index walk in index order. With statistics that lag a
-        # burst of inserts (a herd of tasks due at once), the planner would otherwise pick
-        # a bitmap scan and sort every due row on every claim.
-        conn.execute("SET enable_bitmapscan = off")
-        conn.commit()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Session]:
@@ -201,6 +214,8 @@ class PostgresDialect:
             (int(m.group(1)), entry.name) for entry in package.iterdir() if (m := _MIGRATION.match(entry.name))
         )
         latest = migrations[-1][0] if migrations else 0
+        if self._schema_version() == latest:
+            return latest  # the usual case: no lock, one round trip
         with self.pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute("CREATE TABLE IF NOT EXISTS tickwork_schema (version INTEGER NOT NULL)")
@@ -219,6 +234,14 @@ class PostgresDialect:
                 conn.execute("INSERT INTO tickwork_schema (version) VALUES (%s)", (number,))
                 current = number
         return current
+
+    def _schema_version(self) -> int | None:
+        try:
+            with self.autocommit_pool.connection() as conn:
+                row = conn.execute("SELECT MAX(version) FROM tickwork_schema").fetchone()
+        except psycopg.errors.UndefinedTable:
+            return None
+        return int(row[0]) if row and row[0] is not None else None
 
     def now(self) -> datetime:
         """The database clock, read from the database."""
@@ -286,7 +309,7 @@ class PostgresDialect:
         backoff = 0.1
         while not stop.is_set():
             try:
-                with psycopg.connect(self.url, autocommit=True, **CONNECT_KWARGS) as conn:
+                with psycopg.connect(self.url, autocommit=True, **self.connect_kwargs) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     backoff = 0.1
                     on_notify("")
