@@ -194,19 +194,6 @@ def test_wakes_at_once_when_this_process_schedules(sqlite_url: str) -> None:
     app.close()
 
 
-def test_recurring_slots_after_downtime_collapse_to_the_latest(app: App) -> None:
-    start = app.store.now() - timedelta(hours=1)
-    task = app.schedule("t.record", every=60, at=start)
-    node = Node(app)
-    wait_for(lambda: app.get(task.id).run_count >= 2)
-    node.stop()
-    slots = [s for (_, s, _, _) in app.seen]  # type: ignore[attr-defined]
-    # the overdue first slot runs late once, then the backlog collapses to the latest slot
-    assert slots[0] == start
-    assert slots[1] == start + timedelta(minutes=60)
-    assert app.get(task.id).scheduled_at == start + timedelta(minutes=61)
-
-
 class FakeClock:
     """A clock the test moves by hand; the store and the node both read it."""
 
@@ -434,3 +421,31 @@ def test_a_prefetched_run_whose_lease_was_lost_never_starts(app: App) -> None:
     worker._execute(run)
     assert ran == [] and worker.running == 0
     worker._pool.shutdown()
+
+
+def test_single_catchup_after_downtime_runs_the_latest_missed_slot_and_records_the_rest(sqlite_url: str) -> None:
+    start = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    clock = FakeClock(start)
+    app = App(sqlite_url, clock=clock, poll_interval=0.05, heartbeat=0.5, lease=3600)
+    slots: list[datetime] = []
+
+    @app.task(name="t.slot")
+    def slot(ctx: Context) -> None:
+        slots.append(ctx.scheduled_for)
+
+    task = app.schedule("t.slot", every=60, at=start)  # SINGLE_CATCHUP is the default
+    clock.advance(timedelta(minutes=60, seconds=30))  # every node was down for an hour
+    node = Node(app)
+    wait_for(lambda: len(slots) == 2 and app.get(task.id).status is Status.PENDING)
+    node.stop()
+    assert slots == [start + timedelta(minutes=59), start + timedelta(minutes=60)]
+    after = app.get(task.id)
+    assert after.scheduled_at == start + timedelta(minutes=61)  # then on schedule again
+    assert after.last_decision is not None and "59 missed slots skipped" in after.last_decision
+    [skipped] = app.executions(task.id, status="SKIPPED")
+    assert (skipped.skipped, skipped.scheduled_for, skipped.skipped_last) == (
+        59,
+        start,
+        start + timedelta(minutes=58),
+    )
+    app.close()

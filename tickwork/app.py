@@ -6,6 +6,7 @@ the field and value and leaves nothing behind.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import secrets
@@ -18,15 +19,25 @@ from typing import Any, TypeVar, overload
 from tickwork.clock import Clock, utcnow
 from tickwork.codec import check_json, dumps
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
-from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
+from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, Overlap, Status, Task
 from tickwork.registry import Registry, TaskDef, TaskOptions
-from tickwork.schedules import CronSchedule, IntervalSchedule, jitter_offset, parse_timezone, require_aware
-from tickwork.store import NewTask, Store, open_store
+from tickwork.schedules import (
+    CronSchedule,
+    IntervalSchedule,
+    decide,
+    jitter_offset,
+    parse_timezone,
+    require_aware,
+    schedule_of,
+)
+from tickwork.store import NewTask, Skipping, Store, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_URL = "sqlite:///tickwork.db"
 DEFAULT_MAX_PAYLOAD = 64 * 1024
+MAX_BACKFILL = 10_000
+"""Most slots one backfill call schedules."""
 MAX_SPAN_S = 100 * 366 * 86400.0
 """Longest delay or interval accepted: beyond it dates leave the calendar's range."""
 
@@ -113,6 +124,8 @@ class App:
         misfire_grace: float | None = None,
         jitter: float = 0.0,
         priority: int = 0,
+        max_catchup: int = 100,
+        overlap: Overlap | str = Overlap.SKIP,
     ) -> Callable[[F], F]: ...
 
     def task(  # type: ignore[misc]  # mypy 2.4 rejects this valid overload pair
@@ -128,6 +141,8 @@ class App:
         misfire_grace: float | None = None,
         jitter: float = 0.0,
         priority: int = 0,
+        max_catchup: int = 100,
+        overlap: Overlap | str = Overlap.SKIP,
     ) -> Any:
         """Register a function as a task; it stays a plain callable.
 
@@ -142,6 +157,8 @@ class App:
             misfire_grace=None if misfire_grace is None else _non_negative("misfire_grace", misfire_grace),
             jitter=_non_negative("jitter", jitter),
             priority=_integer("priority", priority),
+            max_catchup=_max_catchup(max_catchup),
+            overlap=_overlap(overlap),
         )
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -176,6 +193,8 @@ class App:
         max_retries: int | None = None,
         retry_backoff: float | None = None,
         priority: int | None = None,
+        max_catchup: int | None = None,
+        overlap: Overlap | str | None = None,
     ) -> Task:
         """Schedule ``task`` once (now, after ``delay``, ``at`` a time) or recurring
         (``cron`` in ``timezone``, or ``every``). Returns the stored task; with ``key``,
@@ -183,7 +202,8 @@ class App:
         new = self._new_task(
             task, args=args, kwargs=kwargs, delay=delay, at=at, cron=cron, timezone=timezone, every=every,
             key=key, misfire=misfire, misfire_grace=misfire_grace, jitter=jitter, timeout=timeout,
-            max_retries=max_retries, retry_backoff=retry_backoff, priority=priority,
+            max_retries=max_retries, retry_backoff=retry_backoff, priority=priority, max_catchup=max_catchup,
+            overlap=overlap,
         )  # fmt: skip
         [stored] = self.store.insert_tasks([new])
         self.wakeup.set()
@@ -227,6 +247,8 @@ class App:
         max_retries: int | None = None,
         retry_backoff: float | None = None,
         priority: int | None = None,
+        max_catchup: int | None = None,
+        overlap: Overlap | str | None = None,
     ) -> NewTask:
         definition = self.registry.resolve(task)
         args_list, kwargs_dict = self._payload(args, kwargs)
@@ -289,6 +311,8 @@ class App:
             max_retries=options.max_retries if max_retries is None else _retries(max_retries),
             retry_backoff=options.retry_backoff if retry_backoff is None else _positive("retry_backoff", retry_backoff),
             priority=options.priority if priority is None else _integer("priority", priority),
+            max_catchup=options.max_catchup if max_catchup is None else _max_catchup(max_catchup),
+            overlap=options.overlap if overlap is None else _overlap(overlap),
         )
 
     def _payload(
@@ -351,12 +375,81 @@ class App:
             raise InvalidState(task_id, task.status.value, "pause")
         return task
 
-    def resume(self, task_id: int) -> Task:
-        task = self._require(self.store.resume(task_id), task_id)
+    def resume(self, task_id: int, *, catch_up: bool = True) -> Task:
+        """Resume a paused task. A paused task builds no backlog: the slots missed while
+        paused go to its misfire policy when it is next claimed, or, with
+        ``catch_up=False``, are all skipped now (and recorded as one SKIPPED execution)."""
+        skipping = None if catch_up else self._skipping(self.get(task_id))
+        task = self._require(self.store.resume(task_id, skipping), task_id)
         if task.status is not Status.PENDING:
             raise InvalidState(task_id, task.status.value, "resume")
         self.wakeup.set()
         return task
+
+    def _skipping(self, task: Task) -> Skipping | None:
+        """The missed slots of a paused recurring task, decided as SKIP with no grace."""
+        if task.kind is not Kind.RECURRING or task.status is not Status.PAUSED:
+            return None
+        policy = dataclasses.replace(task, misfire=Misfire.SKIP, misfire_grace=0.0, triggered=False)
+        decision = decide(policy, self.store.approximate_now())
+        if decision.run or decision.skipped_first is None or decision.skipped_last is None:
+            return None
+        then = decision.next_slot
+        return Skipping(
+            next_slot=then,
+            next_run_at=then + jitter_offset(task.id, then, task.jitter),
+            count=decision.skipped,
+            first=decision.skipped_first,
+            last=decision.skipped_last,
+            decision=f"resumed without catch-up: {decision.text}",
+        )
+
+    def backfill(self, task_id: int, start: datetime, end: datetime) -> list[Task]:
+        """Run every slot of a recurring task in [start, end] once, oldest first.
+
+        Each slot becomes a one-time run of the same function and arguments whose
+        ``ctx.scheduled_for`` is the slot, logged like any run. Slots that already have a
+        COMPLETED execution (or a backfill run waiting) are refused. Returns the runs
+        scheduled."""
+        task = self.get(task_id)
+        schedule = schedule_of(task)
+        if schedule is None:
+            raise InvalidInput("task_id", task_id, "only a recurring task can be backfilled")
+        first = require_aware("start", start)
+        last = require_aware("end", end)
+        if last < first:
+            raise InvalidInput("end", end.isoformat(), "must not be before start")
+        slots: list[datetime] = []
+        slot = schedule.next_after(first - timedelta(microseconds=1))
+        while slot <= last:
+            if len(slots) == MAX_BACKFILL:
+                raise InvalidInput("end", end.isoformat(), f"the range holds more than {MAX_BACKFILL} slots")
+            slots.append(slot)
+            slot = schedule.next_after(slot)
+        taken = self.store.taken_slots(task_id, first, last)
+        runs = [
+            NewTask(
+                name=task.name,
+                args=task.args,
+                kwargs=task.kwargs,
+                kind=Kind.ONE_TIME,
+                scheduled_at=s,
+                next_run_at=s,
+                key=f"backfill:{task_id}:{s.isoformat()}",
+                misfire=Misfire.CATCHUP,
+                misfire_grace=task.misfire_grace,
+                timeout=task.timeout,
+                max_retries=task.max_retries,
+                retry_backoff=task.retry_backoff,
+                priority=task.priority,
+                parent_id=task_id,
+            )
+            for s in slots
+            if s not in taken
+        ]
+        scheduled = self.store.insert_tasks(runs) if runs else []
+        self.wakeup.set()
+        return scheduled
 
     def trigger(self, task_id: int) -> Task:
         """Run a PENDING task now. A recurring task keeps its schedule: the extra run
@@ -453,6 +546,19 @@ def _enum(kind: type[E], field: str, value: E | str | None) -> E | None:
     except ValueError as exc:
         choices = ", ".join(m.value for m in kind)
         raise InvalidInput(field, value, f"must be one of {choices}") from exc
+
+
+def _max_catchup(value: int) -> int:
+    if _integer("max_catchup", value) < 1:
+        raise InvalidInput("max_catchup", value, "must be at least 1")
+    return value
+
+
+def _overlap(value: Overlap | str) -> Overlap:
+    try:
+        return Overlap(value.lower() if isinstance(value, str) else value)
+    except ValueError as exc:
+        raise InvalidInput("overlap", value, "must be 'skip' or 'replace'") from exc
 
 
 def _limit(limit: int) -> int:

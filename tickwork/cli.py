@@ -21,7 +21,7 @@ from rich.table import Table
 from tickwork.app import App
 from tickwork.errors import InvalidInput, TickworkError
 from tickwork.model import Execution, Status, Task
-from tickwork.schedules import CronSchedule, fire_times, schedule_of
+from tickwork.schedules import CronSchedule, fire_times
 from tickwork.store.sqlite import path_from_url
 
 console = Console()
@@ -171,10 +171,10 @@ def tasks_show(ctx: click.Context, task_id: int) -> None:
     for field, value in task.to_dict().items():
         table.add_row(field, json.dumps(value) if isinstance(value, (dict, list)) else str(value))
     console.print(table)
-    schedule = schedule_of(task)
-    if schedule is not None and not task.status.is_terminal:
-        upcoming = [task.scheduled_at, *fire_times(schedule, task.scheduled_at, 4)]
+    if not task.status.is_terminal and (upcoming := task.next_fire_times(5)):
         console.print("next fire times: " + ", ".join(f"{t:%Y-%m-%d %H:%M:%S}Z" for t in upcoming))
+    if task.last_decision:
+        console.print(f"last decision: {task.last_decision}")
     _print_executions(app.executions(task_id, limit=10))
 
 
@@ -200,11 +200,28 @@ def tasks_pause(ctx: click.Context, task_id: int) -> None:
 
 @tasks.command("resume")
 @click.argument("task_id", type=int)
+@click.option("--no-catch-up", is_flag=True, help="Skip (and record) the slots missed while paused.")
 @click.pass_context
 @errors_as_messages
-def tasks_resume(ctx: click.Context, task_id: int) -> None:
-    """Resume a paused task."""
-    console.print(f"task {client(ctx).resume(task_id).id}: PENDING")
+def tasks_resume(ctx: click.Context, task_id: int, no_catch_up: bool) -> None:
+    """Resume a paused task; its misfire policy decides about slots missed meanwhile."""
+    console.print(f"task {client(ctx).resume(task_id, catch_up=not no_catch_up).id}: PENDING")
+
+
+@tasks.command("backfill")
+@click.argument("task_id", type=int)
+@click.option("--start", "start_text", required=True, help="ISO 8601 time with offset; the range includes it.")
+@click.option("--end", "end_text", required=True, help="ISO 8601 time with offset; the range includes it.")
+@click.pass_context
+@errors_as_messages
+def tasks_backfill(ctx: click.Context, task_id: int, start_text: str, end_text: str) -> None:
+    """Run every slot of a recurring task in [--start, --end] once, oldest first."""
+    start, end = _datetime("start", start_text), _datetime("end", end_text)
+    assert start is not None and end is not None
+    runs = client(ctx).backfill(task_id, start, end)
+    console.print(f"task {task_id}: {len(runs)} slots scheduled for backfill")
+    for run in runs:
+        console.print(f"  run {run.id} for {run.scheduled_at.isoformat()}")
 
 
 @tasks.command("trigger")

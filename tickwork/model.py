@@ -55,6 +55,13 @@ class Misfire(enum.StrEnum):
     CATCHUP = "CATCHUP"
 
 
+class Overlap(enum.StrEnum):
+    """What a RECURRING task's next slot does while its previous run is still going."""
+
+    SKIP = "skip"  # wait: the slot is then handled by the misfire policy
+    REPLACE = "replace"  # cancel the running run, then run the new slot
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ErrorInfo:
     """Why a run failed: exception type, message and formatted traceback."""
@@ -99,6 +106,21 @@ class Task:
     last_status: ExecutionStatus | None
     created_at: datetime
     updated_at: datetime
+    max_catchup: int = 100
+    overlap: Overlap = Overlap.SKIP
+    last_decision: str | None = None
+    """What the node decided the last time this task's slots were missed."""
+    parent_id: int | None = None
+    """For a backfill run: the recurring task whose slot it runs."""
+
+    def next_fire_times(self, count: int = 5) -> list[datetime]:
+        """The next ``count`` nominal slots, from ``scheduled_at`` on (empty if one-time)."""
+        from tickwork.schedules import fire_times, schedule_of
+
+        schedule = schedule_of(self)
+        if schedule is None:
+            return []
+        return [self.scheduled_at, *fire_times(schedule, self.scheduled_at, count - 1)][:count]
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)
@@ -118,6 +140,9 @@ class Execution:
     error: ErrorInfo | None
     result: Any
     note: str | None
+    skipped: int | None = None
+    """For a SKIPPED execution: how many slots, from ``scheduled_for`` to ``skipped_last``."""
+    skipped_last: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tickwork.errors import InvalidInput, UnknownTask
-from tickwork.model import Misfire
+from tickwork.model import Misfire, Overlap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +27,8 @@ class TaskOptions:
     misfire_grace: float | None = None
     jitter: float = 0.0
     priority: int = 0
+    max_catchup: int = 100
+    overlap: Overlap = Overlap.SKIP
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from tickwork.errors import InvalidCron, InvalidInput, InvalidTimezone
-from tickwork.model import ErrorInfo, ExecutionStatus, Kind, Status, Task
+from tickwork.model import ErrorInfo, ExecutionStatus, Kind, Misfire, Status, Task
 from tickwork.store.base import Claim, Outcome
 
 MAX_RETRY_DELAY = 300.0
@@ -267,17 +267,127 @@ def outcome_of(
 def next_slot(task: Task, now: datetime) -> datetime:
     """The slot after ``task.scheduled_at``; drift-free: never computed from ``now``.
 
-    Slots missed by more than ``misfire_grace`` collapse onto the latest missed one,
-    so a node that was down does not replay a backlog (the SINGLE_CATCHUP default).
+    A slot that is already missed is left to the misfire decision when it is claimed.
     """
     schedule = schedule_of(task)
     if schedule is None:
         raise ValueError(f"task {task.id} is not recurring")
-    slot = schedule.next_after(task.scheduled_at)
+    return schedule.next_after(task.scheduled_at)
+
+
+COUNT_LIMIT = 1_000_000
+"""Missed cron slots are counted one by one up to this many (a year of a per-minute cron)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What to do with a claimed slot that may have been missed."""
+
+    run: bool
+    """Run the claimed slot now; otherwise record the skipped slots and move on."""
+    next_slot: datetime
+    """The task's nominal slot after this decision (the claimed one when it runs)."""
+    skipped: int = 0
+    skipped_first: datetime | None = None
+    skipped_last: datetime | None = None
+    text: str | None = None
+
+
+def decide(task: Task, now: datetime) -> Decision:
+    """The misfire policy for the claimed slot ``task.scheduled_at`` at ``now`` (pure).
+
+    A slot is missed when it is more than ``misfire_grace`` before ``now``; the missed
+    slots are that slot and every later one up to the same horizon. SKIP runs none of
+    them; SINGLE_CATCHUP runs the latest; CATCHUP runs them all, oldest first, each when
+    it is claimed, but at most ``max_catchup`` (the oldest beyond that are skipped). A
+    decision that does not run the claimed slot moves the task to the next slot to
+    consider and records the skipped ones; a later claim then decides again. Manual
+    (triggered) runs and slots within the grace always run.
+    """
+    slot = task.scheduled_at
     horizon = now - timedelta(seconds=task.misfire_grace)
-    if slot >= horizon:
-        return slot
-    return schedule.latest_until(slot, now)
+    if task.triggered or slot >= horizon:
+        return Decision(True, slot)
+    if task.kind is Kind.ONE_TIME:
+        if task.misfire is Misfire.SKIP:
+            return Decision(False, slot, 1, slot, slot, f"missed by more than {task.misfire_grace:g} s: skipped")
+        return Decision(True, slot)
+    schedule = schedule_of(task)
+    assert schedule is not None
+    last = schedule.latest_until(slot, horizon)
+    if task.misfire is Misfire.SKIP:
+        count, _ = _walk(schedule, slot, last, set())
+        return _skipping(task, count, slot, last, schedule.next_after(last), "SKIP")
+    if task.misfire is Misfire.SINGLE_CATCHUP:
+        if last == slot:
+            return Decision(True, slot)
+        count, marks = _walk(schedule, slot, last, {-2})
+        return _skipping(task, count - 1, slot, marks[-2], last, "SINGLE_CATCHUP runs the latest")
+    count, _ = _walk(schedule, slot, last, set())
+    if count <= task.max_catchup:
+        return Decision(True, slot)
+    skip = count - task.max_catchup
+    _, marks = _walk(schedule, slot, last, {skip - 1, skip})
+    return _skipping(task, skip, slot, marks[skip - 1], marks[skip], f"CATCHUP capped at {task.max_catchup}")
+
+
+def _skipping(task: Task, count: int, first: datetime, last: datetime, then: datetime, policy: str) -> Decision:
+    text = (
+        f"{count} missed slots skipped ({first.isoformat()} .. {last.isoformat()}), "
+        f"{policy}; next slot {then.isoformat()}"
+    )
+    return Decision(False, then, count, first, last, text)
+
+
+def _walk(schedule: Schedule, first: datetime, last: datetime, wanted: set[int]) -> tuple[int, dict[int, datetime]]:
+    """Count the slots in [first, last] (both slots) and pick those at the ``wanted``
+    indexes (negative ones count from the end). Arithmetic for intervals; for cron, one
+    walk, counted up to COUNT_LIMIT."""
+    if isinstance(schedule, IntervalSchedule):
+        step = timedelta(seconds=schedule.seconds)
+        count = (last - first) // step + 1
+        return count, {i: first + (i if i >= 0 else count + i) * step for i in wanted}
+    recent: list[datetime] = []
+    marks: dict[int, datetime] = {}
+    count = 0
+    current = first
+    while True:
+        if count in wanted:
+            marks[count] = current
+        recent = [*recent[-1:], current]
+        count += 1
+        if current >= last or count >= COUNT_LIMIT:
+            break
+        current = schedule.next_after(current)
+    for index in wanted:
+        if index < 0:
+            marks[index] = recent[index]
+    return count, marks
+
+
+def skipped_outcome(claim: Claim, decision: Decision, now: datetime) -> Outcome:
+    """The fenced write for a claimed slot the misfire policy does not run: the claim's
+    execution row becomes the SKIPPED record, the task moves to ``decision.next_slot``
+    (or ends FAILED, for a one-time task), and no attempt is used up."""
+    task = claim.task
+    final = task.kind is Kind.ONE_TIME
+    then = decision.next_slot
+    return Outcome(
+        task_id=task.id,
+        fence=claim.fence,
+        execution_id=claim.execution_id,
+        status=ExecutionStatus.SKIPPED,
+        task_status=Status.FAILED if final else Status.PENDING,
+        scheduled_at=then,
+        next_run_at=then if final else then + jitter_offset(task.id, then, task.jitter),
+        attempt=task.attempt - 1,
+        triggered=False,
+        finished_at=now,
+        note=decision.text,
+        skipped=decision.skipped,
+        skipped_last=decision.skipped_last,
+        decision=decision.text,
+    )
 
 
 def failed_outcome(claim: Claim, now: datetime, error: ErrorInfo) -> Outcome:

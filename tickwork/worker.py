@@ -34,7 +34,7 @@ from tickwork.executor import CancelReason, Executor, Run, RunResult
 from tickwork.model import ErrorInfo, ExecutionStatus, Node
 from tickwork.reconciler import reconcile
 from tickwork.recorder import Recorder
-from tickwork.schedules import failed_outcome, outcome_of
+from tickwork.schedules import decide, failed_outcome, outcome_of, skipped_outcome
 from tickwork.store.base import Claim, Renewal
 
 if TYPE_CHECKING:
@@ -286,6 +286,12 @@ class Worker:
                 run.started = True
             if run.cancel_reason is not None:  # it waited as prefetch and was cancelled or lost
                 self._skip(run)
+                return
+            decision = decide(run.claim.task, self.store.approximate_now())
+            if not decision.run:  # missed slots the policy does not run now
+                log.info("task %s: %s", run.task_id, decision.text)
+                run.finished = True
+                self._recorder.submit(run, skipped_outcome(run.claim, decision, self.store.approximate_now()))
                 return
             task = run.claim.task
             ctx = Context(

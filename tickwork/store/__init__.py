@@ -7,10 +7,10 @@ from datetime import datetime
 
 from tickwork.clock import utcnow
 from tickwork.errors import StoreError
-from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Store
+from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping, Store
 from tickwork.store.sql import SQLStore
 
-__all__ = ["Claim", "NewTask", "Outcome", "Renewal", "Store", "open_store"]
+__all__ = ["Claim", "NewTask", "Outcome", "Renewal", "Skipping", "Store", "open_store"]
 
 
 def open_store(url: str, *, clock: Callable[[], datetime] = utcnow, claim: str | None = None) -> Store:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
+from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Overlap, Status, Task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +43,9 @@ class NewTask:
     max_retries: int = 0
     retry_backoff: float = 1.0
     priority: int = 0
+    max_catchup: int = 100
+    overlap: Overlap = Overlap.SKIP
+    parent_id: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +78,25 @@ class Outcome:
     error: ErrorInfo | None = None
     started_at: datetime | None = None
     """When the run really started, if later than its claim (it waited as prefetch)."""
+    skipped: int | None = None
+    """For a SKIPPED execution: how many slots it stands for, up to ``skipped_last``."""
+    skipped_last: datetime | None = None
+    decision: str | None = None
+    """A misfire decision to keep on the task (``last_decision``)."""
     result: Any = None
     note: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipping:
+    """Missed slots to pass over when a paused task is resumed without catching up."""
+
+    next_slot: datetime
+    next_run_at: datetime
+    count: int
+    first: datetime
+    last: datetime
+    decision: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,8 +205,16 @@ class Store(Protocol):
         """PENDING → PAUSED; other states unchanged. None if the task does not exist."""
         ...
 
-    def resume(self, task_id: int) -> Task | None:
-        """PAUSED → PENDING; other states unchanged. None if the task does not exist."""
+    def resume(self, task_id: int, skipping: Skipping | None = None) -> Task | None:
+        """PAUSED → PENDING; other states unchanged. None if the task does not exist.
+
+        With ``skipping``, the task moves on to ``skipping.next_slot`` and one SKIPPED
+        execution records the slots passed over, in the same transaction."""
+        ...
+
+    def taken_slots(self, task_id: int, start: datetime, end: datetime) -> set[datetime]:
+        """Slots in [start, end] of a recurring task that completed (its own runs or
+        backfill runs) or wait in a live backfill run."""
         ...
 
     def trigger(self, task_id: int) -> Task | None:

@@ -97,12 +97,13 @@ WITH o AS (
         task_id bigint, fence bigint, execution_id bigint, status text, task_status text,
         scheduled_at timestamptz, next_run_at timestamptz, finished_at timestamptz, started_at timestamptz,
         attempt int, triggered boolean, error_type text, error_message text, error_traceback text,
-        result jsonb, note text)
+        result jsonb, note text, skipped int, skipped_last timestamptz, decision text)
 ), settled AS (
     UPDATE tickwork_tasks t
     SET status = CASE WHEN t.cancel_requested THEN 'CANCELLED' ELSE o.task_status END,
         scheduled_at = o.scheduled_at, next_run_at = o.next_run_at, attempt = o.attempt,
         triggered = o.triggered, run_count = t.run_count + 1, last_status = o.status,
+        last_decision = COALESCE(o.decision, t.last_decision),
         lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
     FROM o
     WHERE t.id = o.task_id AND t.version = o.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
@@ -113,7 +114,7 @@ WITH o AS (
     SET status = o.status, started_at = COALESCE(o.started_at, e.started_at), finished_at = o.finished_at,
         error_type = o.error_type,
         error_message = o.error_message, error_traceback = o.error_traceback,
-        result = o.result, note = o.note
+        result = o.result, note = o.note, skipped_count = o.skipped, skipped_last = o.skipped_last
     FROM o JOIN settled ON settled.id = o.task_id
     WHERE e.id = o.execution_id AND e.status = 'RUNNING'
 )

@@ -7,11 +7,11 @@
 INSERT INTO tickwork_tasks (
     name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
     next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
-    retry_backoff, priority, created_at, updated_at)
+    retry_backoff, priority, max_catchup, overlap, parent_id, created_at, updated_at)
 VALUES (
     :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval, :scheduled_at,
     :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
-    :retry_backoff, :priority, :now, :now)
+    :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :now, :now)
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
 DO NOTHING
 RETURNING *;
@@ -65,7 +65,8 @@ RETURNING id, cancel_requested;
 UPDATE tickwork_tasks
 SET status = CASE WHEN cancel_requested THEN 'CANCELLED' ELSE :task_status END, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
     attempt = :attempt, triggered = :triggered, run_count = run_count + 1,
-    last_status = :status, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+    last_status = :status, last_decision = COALESCE(:decision, last_decision),
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
   AND (NOT :reaping OR lease_expires_at < :now)
 RETURNING id;
@@ -75,7 +76,7 @@ UPDATE tickwork_executions
 SET status = :status, started_at = COALESCE(:started_at, started_at), finished_at = :finished_at,
     error_type = :error_type,
     error_message = :error_message, error_traceback = :error_traceback,
-    result = :result, note = :note
+    result = :result, note = :note, skipped_count = :skipped, skipped_last = :skipped_last
 WHERE id = :execution_id AND status = 'RUNNING';
 
 -- name: release_task
@@ -141,6 +142,32 @@ RETURNING *;
 UPDATE tickwork_tasks SET status = 'PENDING', version = version + 1, updated_at = :now
 WHERE id = :id AND status = 'PAUSED'
 RETURNING *;
+
+-- name: resume_skipping
+-- Resume without catching up: move to the next slot and keep the decision.
+UPDATE tickwork_tasks
+SET status = 'PENDING', version = version + 1, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
+    last_decision = :decision, updated_at = :now
+WHERE id = :id AND status = 'PAUSED'
+RETURNING *;
+
+-- name: insert_skipped
+-- The record of slots a decision skipped without a claim (resume without catch-up).
+INSERT INTO tickwork_executions
+    (task_id, attempt, scheduled_for, started_at, finished_at, status, note, skipped_count, skipped_last)
+VALUES (:id, 0, :skipped_first, :now, :now, 'SKIPPED', :decision, :skipped, :skipped_last);
+
+-- name: taken_slots
+-- Slots of a recurring task in [:start, :end] that already completed (the task's own
+-- runs or backfill runs) or are waiting in a live backfill run.
+SELECT e.scheduled_for AS slot
+FROM tickwork_executions e JOIN tickwork_tasks t ON t.id = e.task_id
+WHERE (t.id = :id OR t.parent_id = :id) AND e.status = 'COMPLETED'
+  AND e.scheduled_for >= :start AND e.scheduled_for <= :end
+UNION
+SELECT scheduled_at AS slot FROM tickwork_tasks
+WHERE parent_id = :id AND status IN ('PENDING', 'RUNNING', 'PAUSED')
+  AND scheduled_at >= :start AND scheduled_at <= :end;
 
 -- name: trigger_task
 UPDATE tickwork_tasks

@@ -15,8 +15,8 @@ from typing import Any, Protocol, TypeVar
 
 from tickwork.codec import clean_text, json_problem
 from tickwork.errors import InvalidInput
-from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
-from tickwork.store.base import Claim, NewTask, Outcome, Renewal
+from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Overlap, Status, Task
+from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 
 log = logging.getLogger("tickwork.store")
 
@@ -85,6 +85,7 @@ _KINDS = {m.value: m for m in Kind}
 _STATUSES = {m.value: m for m in Status}
 _MISFIRES = {m.value: m for m in Misfire}
 _EXECUTION_STATUSES = {m.value: m for m in ExecutionStatus}
+_OVERLAPS = {m.value: m for m in Overlap}
 
 
 def _member(members: dict[str, E], value: str) -> E:
@@ -152,6 +153,9 @@ class SQLStore:
                     "max_retries": new.max_retries,
                     "retry_backoff": new.retry_backoff,
                     "priority": new.priority,
+                    "max_catchup": new.max_catchup,
+                    "overlap": new.overlap.value,
+                    "parent_id": new.parent_id,
                     "now": now,
                 }
                 for new in tasks
@@ -312,6 +316,7 @@ class SQLStore:
             "next_run_at": d.encode_time(o.next_run_at),
             "finished_at": d.encode_time(o.finished_at),
             "started_at": d.encode_time(o.started_at),
+            "skipped_last": d.encode_time(o.skipped_last),
             "result": None if row["result"] is None else d.encode_json(row["result"]),
         }
         if s.fetch_one("settle_task", params) is None:
@@ -343,6 +348,9 @@ class SQLStore:
             "error_traceback": clean_text(o.error.traceback) if o.error else None,
             "result": result,
             "note": clean_text(note) if note else None,
+            "skipped": o.skipped,
+            "skipped_last": o.skipped_last.isoformat() if o.skipped_last else None,
+            "decision": clean_text(o.decision) if o.decision else None,
         }
 
     def release(self, node: str, claims: Sequence[Claim]) -> int:
@@ -402,8 +410,34 @@ class SQLStore:
     def pause(self, task_id: int) -> Task | None:
         return self._change("pause_task", task_id)
 
-    def resume(self, task_id: int) -> Task | None:
-        return self._change("resume_task", task_id, notify="due")
+    def resume(self, task_id: int, skipping: Skipping | None = None) -> Task | None:
+        if skipping is None:
+            return self._change("resume_task", task_id, notify="due")
+        d = self.dialect
+        params = {
+            "id": task_id,
+            "now": d.encode_time(d.approximate_now()),
+            "scheduled_at": d.encode_time(skipping.next_slot),
+            "next_run_at": d.encode_time(skipping.next_run_at),
+            "decision": skipping.decision,
+            "skipped": skipping.count,
+            "skipped_first": d.encode_time(skipping.first),
+            "skipped_last": d.encode_time(skipping.last),
+        }
+        with d.transaction() as s:
+            row = s.fetch_one("resume_skipping", params)
+            if row is None:
+                row = s.fetch_one("get_task", {"id": task_id})
+            else:
+                s.execute("insert_skipped", params)
+                self._notify(s, "due")
+        return self._task(row) if row else None
+
+    def taken_slots(self, task_id: int, start: datetime, end: datetime) -> set[datetime]:
+        d = self.dialect
+        with d.reader() as s:
+            rows = s.fetch_all("taken_slots", {"id": task_id, "start": d.encode_time(start), "end": d.encode_time(end)})
+        return {self._time(r["slot"]) for r in rows}
 
     def trigger(self, task_id: int) -> Task | None:
         return self._change("trigger_task", task_id, notify="due")
@@ -508,6 +542,10 @@ class SQLStore:
             last_status=_member(_EXECUTION_STATUSES, r["last_status"]) if r["last_status"] else None,
             created_at=self._time(r["created_at"]),
             updated_at=self._time(r["updated_at"]),
+            max_catchup=r["max_catchup"],
+            overlap=_member(_OVERLAPS, r["overlap"]),
+            last_decision=r["last_decision"],
+            parent_id=r["parent_id"],
         )
 
     def _execution(self, r: Row) -> Execution:
@@ -528,6 +566,8 @@ class SQLStore:
             error=error,
             result=None if r["result"] is None else d.decode_json(r["result"]),
             note=r["note"],
+            skipped=r["skipped_count"],
+            skipped_last=d.decode_time(r["skipped_last"]),
         )
 
 
