@@ -17,7 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tickwork.errors import InvalidCron, InvalidInput, InvalidTimezone, TickworkError
-from tickwork.model import ExecutionStatus, Kind, Misfire, Status, Task
+from tickwork.model import ExecutionStatus, Kind, Misfire, Overlap, Status, Task
 from tickwork.schedules import (
     MAX_RETRY_DELAY,
     CronSchedule,
@@ -129,6 +129,10 @@ def make_task(**overrides: Any) -> Task:
         "last_status": None,
         "created_at": T0 - timedelta(days=1),
         "updated_at": T0,
+        "max_catchup": 100,
+        "overlap": Overlap.SKIP,
+        "last_decision": None,
+        "parent_id": None,
     }
     unknown = set(overrides) - set(fields)
     assert not unknown, f"make_task: unknown Task fields {unknown}"
@@ -723,63 +727,19 @@ def test_triggered_recurring_run_keeps_its_slot(outcome: ExecutionStatus) -> Non
     assert s.attempt == 0
 
 
-def test_missed_slots_collapse_to_latest_missed_slot() -> None:
+def test_next_slot_never_collapses_missed_slots() -> None:
+    """Missed slots are the misfire decision's business, at claim time, not settle's."""
     task = make_task(interval=10.0, misfire_grace=60.0, scheduled_at=T0, next_run_at=T0)
-    now = T0 + timedelta(hours=1)
-    expected = T0 + timedelta(seconds=3600)
-    assert next_slot(task, now) == expected
-    s = settle(task, ExecutionStatus.COMPLETED, now)
-    assert s.scheduled_at == expected
-    assert s.scheduled_at <= now
-    assert s.next_run_at == expected
+    assert next_slot(task, T0 + timedelta(hours=1)) == T0 + timedelta(seconds=10)
 
 
-def test_missed_slots_collapse_when_now_is_between_slots() -> None:
-    task = make_task(interval=10.0, misfire_grace=5.0, scheduled_at=T0, next_run_at=T0)
-    now = T0 + timedelta(hours=1, seconds=7, microseconds=3)
-    assert next_slot(task, now) == T0 + timedelta(seconds=3600)
-
-
-def test_slot_within_grace_is_kept_even_if_past() -> None:
-    task = make_task(interval=10.0, misfire_grace=60.0, scheduled_at=T0, next_run_at=T0)
-    slot = T0 + timedelta(seconds=10)
-    for now in (T0 + timedelta(seconds=5), slot + timedelta(seconds=30), slot + timedelta(seconds=60)):
-        assert next_slot(task, now) == slot
-        assert settle(task, ExecutionStatus.COMPLETED, now).scheduled_at == slot
-    # One microsecond beyond the grace, the slot is missed and collapses onto the latest.
-    late = slot + timedelta(seconds=60) + US
-    assert next_slot(task, late) == T0 + timedelta(seconds=70)
-
-
-def test_cron_missed_slots_collapse_across_days_in_zone() -> None:
-    slot = utc(2024, 3, 28, 8, 0)  # 09:00 CET
-    task = make_task(cron="0 9 * * *", timezone="Europe/Berlin", interval=None, misfire_grace=300.0, scheduled_at=slot)
-    now = utc(2024, 4, 2, 12, 0)  # after spring forward: 09:00 CEST is 07:00 UTC
-    assert next_slot(task, now) == utc(2024, 4, 2, 7, 0)
+def test_cron_next_slot_across_days_in_zone() -> None:
+    slot = utc(2024, 3, 30, 8, 0)  # 09:00 CET
+    task = make_task(cron="0 9 * * *", timezone="Europe/Berlin", interval=None, scheduled_at=slot)
+    assert next_slot(task, utc(2024, 4, 2)) == utc(2024, 3, 31, 7, 0)  # 09:00 CEST
 
 
 def test_next_slot_rejects_non_recurring_task() -> None:
     task = make_task(kind=Kind.ONE_TIME, interval=None, cron=None)
     with pytest.raises(ValueError, match="not recurring"):
         next_slot(task, NOW)
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    seconds=st.floats(min_value=0.01, max_value=10_000, allow_nan=False),
-    grace=st.floats(min_value=0, max_value=3600, allow_nan=False),
-    lateness=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=30)),
-)
-def test_next_slot_interval_properties(seconds: float, grace: float, lateness: timedelta) -> None:
-    step = timedelta(seconds=seconds)
-    task = make_task(interval=seconds, misfire_grace=grace, scheduled_at=T0)
-    now = T0 + lateness
-    slot = next_slot(task, now)
-    assert slot > T0
-    assert (slot - T0) % step == timedelta(0)  # on the grid of scheduled_at: no drift
-    first = T0 + step
-    if first >= now - timedelta(seconds=grace):
-        assert slot == first  # within the grace: kept as is
-    else:
-        assert slot <= now  # collapsed onto the latest missed slot
-        assert slot + step > now

@@ -314,7 +314,7 @@ def decide(task: Task, now: datetime) -> Decision:
         return Decision(True, slot)
     schedule = schedule_of(task)
     assert schedule is not None
-    last = schedule.latest_until(slot, horizon)
+    last = schedule.latest_until(slot, horizon - timedelta(microseconds=1))  # the newest missed slot
     if task.misfire is Misfire.SKIP:
         count, _ = _walk(schedule, slot, last, set())
         return _skipping(task, count, slot, last, schedule.next_after(last), "SKIP")

@@ -1,0 +1,232 @@
+"""Missed executions: the decision function, and the policies applied by real nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import wait_for
+from tests.test_schedules import make_task
+from tests.workers import Fleet, client_for, read_records
+from tickwork import App, ExecutionStatus, InvalidInput, Kind, Misfire, Status
+from tickwork.model import Task
+from tickwork.schedules import CronSchedule, IntervalSchedule, Schedule, decide, schedule_of, settle
+
+
+def all_slots(schedule: Schedule, first: datetime, until: datetime) -> list[datetime]:
+    slots = []
+    slot = first
+    while slot <= until:
+        slots.append(slot)
+        slot = schedule.next_after(slot)
+    return slots
+
+
+def simulate(task: Task, now: datetime) -> tuple[list[datetime], list[datetime]]:
+    """Nodes with their clock stopped at ``now``: claim, decide, run or skip, settle,
+    until nothing is due. Returns the slots run and the slots skipped (expanded)."""
+    schedule = schedule_of(task)
+    assert schedule is not None
+    runs: list[datetime] = []
+    skipped: list[datetime] = []
+    for _ in range(100_000):
+        if task.next_run_at > now:
+            return runs, skipped
+        decision = decide(task, now)
+        if decision.run:
+            runs.append(task.scheduled_at)
+            after = settle(task, ExecutionStatus.COMPLETED, now)
+            task = dataclasses.replace(task, scheduled_at=after.scheduled_at, next_run_at=after.next_run_at)
+        else:
+            assert decision.skipped_first == task.scheduled_at
+            assert decision.skipped_last is not None and decision.skipped_last < decision.next_slot
+            block = all_slots(schedule, task.scheduled_at, decision.skipped_last)
+            assert len(block) == decision.skipped
+            skipped += block
+            task = dataclasses.replace(task, scheduled_at=decision.next_slot, next_run_at=decision.next_slot)
+    raise AssertionError("the decisions never caught up")
+
+
+CRONS = ["*/5 * * * *", "0 * * * *", "30 2 * * *", "*/30 * * * *", "15 1,13 * * *", "0 9 * * 1-5"]
+ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"]
+
+
+@st.composite
+def tasks_and_outages(draw: st.DrawFn) -> tuple[Task, datetime]:
+    start = draw(st.datetimes(min_value=datetime(2024, 1, 1), max_value=datetime(2026, 12, 31), timezones=st.just(UTC)))
+    if draw(st.booleans()):
+        schedule: Schedule = CronSchedule(draw(st.sampled_from(CRONS)), draw(st.sampled_from(ZONES)))
+        cron = schedule
+        assert isinstance(cron, CronSchedule)
+        fields = {"cron": cron.expression, "timezone": cron.timezone, "interval": None}
+    else:
+        seconds = draw(st.sampled_from([1.0, 7.5, 60.0, 600.0, 3600.0]))
+        schedule = IntervalSchedule(seconds)
+        fields = {"interval": seconds, "cron": None}
+    first = schedule.next_after(start)
+    outage = draw(st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=2)))
+    task = make_task(
+        **fields,
+        scheduled_at=first,
+        next_run_at=first,
+        misfire=draw(st.sampled_from(list(Misfire))),
+        misfire_grace=draw(st.sampled_from([0.0, 1.0, 60.0, 600.0])),
+        max_catchup=draw(st.integers(min_value=1, max_value=40)),
+        attempt=1,
+    )
+    return task, first + outage
+
+
+@settings(max_examples=250, deadline=None)
+@given(tasks_and_outages())
+def test_every_slot_of_an_outage_is_run_or_skipped_exactly_once_in_order(case: tuple[Task, datetime]) -> None:
+    task, now = case
+    schedule = schedule_of(task)
+    assert schedule is not None
+    expected = all_slots(schedule, task.scheduled_at, now)
+    runs, skipped = simulate(task, now)
+    assert not set(runs) & set(skipped)  # no slot both run and skipped
+    assert len(set(runs)) == len(runs)  # no slot run twice
+    assert runs == sorted(runs)  # in order
+    assert sorted(runs + skipped) == expected  # run + skipped = every slot of the outage
+    horizon = now - timedelta(seconds=task.misfire_grace)
+    missed_runs = [r for r in runs if r < horizon]
+    if task.misfire is Misfire.SKIP:
+        assert missed_runs == []
+    elif task.misfire is Misfire.SINGLE_CATCHUP:
+        assert len(missed_runs) <= 1
+        if any(s < horizon for s in expected):
+            assert missed_runs == [max(s for s in expected if s < horizon)]  # the latest missed one
+    else:
+        missed = [s for s in expected if s < horizon]
+        assert missed_runs == missed[-task.max_catchup :]  # the newest ones, capped
+
+
+def test_a_slot_late_by_less_than_the_grace_is_not_missed() -> None:
+    task = make_task(misfire=Misfire.SKIP, misfire_grace=60.0)
+    slot = task.scheduled_at
+    assert decide(task, slot + timedelta(seconds=59)).run
+    assert decide(task, slot + timedelta(seconds=60)).run
+    assert not decide(task, slot + timedelta(seconds=61)).run
+
+
+def test_one_time_tasks_run_however_late_unless_they_say_skip() -> None:
+    late = datetime(2030, 1, 1, tzinfo=UTC)
+    once = make_task(kind=Kind.ONE_TIME, interval=None, misfire=Misfire.CATCHUP)
+    assert decide(once, late).run
+    skipping = make_task(kind=Kind.ONE_TIME, interval=None, misfire=Misfire.SKIP)
+    decision = decide(skipping, late)
+    assert not decision.run and decision.skipped == 1
+
+
+def test_a_triggered_run_is_never_a_misfire() -> None:
+    assert decide(make_task(triggered=True, misfire=Misfire.SKIP), datetime(2030, 1, 1, tzinfo=UTC)).run
+
+
+# -- real nodes ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def records(tmp_path: Path) -> Path:
+    folder = tmp_path / "records"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def client(sqlite_url: str) -> Iterator[App]:
+    app: App = client_for(sqlite_url)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def fleet(sqlite_url: str, records: Path) -> Iterator[Fleet]:
+    fleet = Fleet(sqlite_url, records)
+    yield fleet
+    fleet.kill_all()
+
+
+def four_missed_half_hours(now: datetime) -> tuple[datetime, list[datetime]]:
+    """An ``at`` two hours back whose 30-minute slots up to now are four, all missed
+    (the newest one is more than the 60 s grace, plus a margin, in the past)."""
+    newest = now.replace(minute=30 if now.minute >= 30 else 0, second=0, microsecond=0)
+    if now - newest < timedelta(seconds=90):
+        newest -= timedelta(minutes=30)
+    slots = [newest - timedelta(minutes=30 * i) for i in (3, 2, 1, 0)]
+    return slots[0] - timedelta(minutes=1), slots
+
+
+@pytest.mark.parametrize(
+    ("policy", "runs"),
+    [(Misfire.SKIP, []), (Misfire.SINGLE_CATCHUP, [3]), (Misfire.CATCHUP, [0, 1, 2, 3])],
+)
+def test_a_node_back_after_two_hours_applies_the_policy(
+    client: App, fleet: Fleet, records: Path, policy: Misfire, runs: list[int]
+) -> None:
+    at, slots = four_missed_half_hours(datetime.now(UTC))
+    task = client.schedule("test.record", cron="*/30 * * * *", at=at, misfire=policy)
+    assert task.scheduled_at == slots[0]  # every node was down since then
+    node = fleet.start()
+    upcoming = slots[-1] + timedelta(minutes=30)
+    wait_for(lambda: client.get(task.id).scheduled_at == upcoming and client.get(task.id).status is Status.PENDING)
+    assert node.terminate() == 0, node.output()
+    ran = sorted(e.scheduled_for for e in client.executions(task.id, status="COMPLETED"))
+    assert ran == [slots[i] for i in runs]
+    assert sorted(datetime.fromisoformat(r["scheduled_for"]) for r in read_records(records)) == ran
+    skipped = client.executions(task.id, status="SKIPPED")
+    if len(runs) == 4:
+        assert skipped == []
+    else:
+        [record] = skipped
+        assert record.skipped == 4 - len(runs) and record.scheduled_for == slots[0]
+        assert record.skipped_last == slots[3 - len(runs)]
+        assert client.get(task.id).last_decision is not None
+
+
+def test_catchup_after_an_hour_of_a_one_second_task_is_capped(client: App, fleet: Fleet) -> None:
+    start = datetime.now(UTC) - timedelta(hours=1)
+    task = client.schedule("test.record", every=1, at=start, misfire=Misfire.CATCHUP, max_catchup=100)
+    fleet.start()
+    wait_for(lambda: client.executions(task.id, status="SKIPPED"))
+    [record] = client.executions(task.id, status="SKIPPED")
+    assert record.scheduled_for == start and record.skipped is not None and record.skipped > 3000
+    assert record.skipped_last == start + timedelta(seconds=record.skipped - 1)
+    kept = [record.skipped_last + timedelta(seconds=i) for i in range(1, 101)]
+    wait_for(lambda: len(client.executions(task.id, status="COMPLETED", limit=10_000)) >= 100)
+    ran = [e.scheduled_for for e in client.executions(task.id, status="COMPLETED", limit=10_000)]
+    assert sorted(ran)[:100] == kept  # the newest 100 missed slots, each once, oldest first
+    assert len(set(ran)) == len(ran)
+
+
+def test_backfill_runs_each_slot_once_and_never_again(client: App, fleet: Fleet) -> None:
+    task = client.schedule("test.record", cron="0 * * * *", at=datetime.now(UTC) + timedelta(days=1))
+    start = datetime(2030, 1, 1, tzinfo=UTC) - timedelta(days=3650)
+    end = start + timedelta(hours=9)
+    first = client.backfill(task.id, start, end)
+    assert [t.scheduled_at for t in first] == [start + timedelta(hours=i) for i in range(10)]
+    assert client.backfill(task.id, start, end) == []  # waiting runs are not scheduled again
+    fleet.start()
+    wait_for(lambda: all(client.get(t.id).status is Status.COMPLETED for t in first))
+    slots = sorted(e.scheduled_for for t in first for e in client.executions(t.id))
+    assert slots == [start + timedelta(hours=i) for i in range(10)]
+    assert client.backfill(task.id, start, end) == []  # completed slots are refused
+    with pytest.raises(InvalidInput, match="recurring"):
+        client.backfill(first[0].id, start, end)
+
+
+def test_resume_without_catch_up_skips_what_was_missed_while_paused(client: App) -> None:
+    at = datetime.now(UTC) - timedelta(hours=3)
+    task = client.schedule("test.record", every=3600, at=at)
+    client.pause(task.id)
+    resumed = client.resume(task.id, catch_up=False)
+    assert resumed.status is Status.PENDING and resumed.scheduled_at > datetime.now(UTC)
+    [record] = client.executions(task.id, status="SKIPPED")
+    assert record.skipped == 4 and record.scheduled_for == at  # at, +1 h, +2 h, +3 h
+    assert resumed.last_decision is not None and "without catch-up" in resumed.last_decision
