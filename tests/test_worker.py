@@ -449,3 +449,37 @@ def test_single_catchup_after_downtime_runs_the_latest_missed_slot_and_records_t
         start + timedelta(minutes=58),
     )
     app.close()
+
+
+def test_overlap_replace_cancels_the_running_run_when_the_next_slot_comes_due(app: App) -> None:
+    @app.task(name="t.slow_tick", overlap="replace")
+    def slow_tick(ctx: Context) -> None:
+        app.seen.append(ctx.scheduled_for)  # type: ignore[attr-defined]
+        while not ctx.cancelled:
+            time.sleep(0.01)  # never done on its own: only the next slot stops it
+
+    task = app.schedule("t.slow_tick", every=0.5, misfire_grace=60)
+    node = Node(app)
+    wait_for(lambda: len(app.executions(task.id, status="CANCELLED")) >= 2)
+    node.stop()
+    after = app.get(task.id)
+    assert after.status in (Status.PENDING, Status.RUNNING)  # a replaced run ends, the task goes on
+    replaced = sorted(app.executions(task.id, status="CANCELLED"), key=lambda e: e.scheduled_for)
+    assert all(e.note is not None and e.note.startswith("replaced") for e in replaced)
+    slots = [e.scheduled_for for e in replaced]
+    assert slots[:2] == [task.scheduled_at, task.scheduled_at + timedelta(seconds=0.5)]  # each next slot ran
+
+
+def test_by_default_a_recurring_task_never_runs_twice_at_once(app: App) -> None:
+    @app.task(name="t.slower_than_its_interval")
+    def slower(ctx: Context) -> None:
+        app.seen.append((ctx.scheduled_for, time.monotonic()))  # type: ignore[attr-defined]
+        time.sleep(0.3)  # the task's own work, longer than its interval
+
+    task = app.schedule("t.slower_than_its_interval", every=0.1, misfire_grace=60)
+    node = Node(app, concurrency=4)
+    wait_for(lambda: len(app.seen) >= 3)  # type: ignore[attr-defined]
+    node.stop()
+    starts = [t for _, t in app.seen]  # type: ignore[attr-defined]
+    assert all(b - a >= 0.3 for a, b in itertools.pairwise(starts))  # one after the other, never overlapping
+    assert all(e.status is ExecutionStatus.COMPLETED for e in app.executions(task.id))

@@ -35,6 +35,7 @@ class CancelReason(enum.StrEnum):
     TIMEOUT = "timeout"
     LOST = "lost"
     SHUTDOWN = "shutdown"
+    REPLACED = "replaced"  # overlap="replace": the task's next slot came due
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +74,7 @@ class Run:
         self.released = False
         self.finished = False  # its result is queued for writing
         self.deadline: float | None = None  # monotonic; set by the node when the run starts
+        self.replace_at: float | None = None  # monotonic; overlap="replace": the next slot
         self.started_at: datetime | None = None
         self.renewed_at = time.monotonic()
         self._lock = threading.Lock()
@@ -183,6 +185,8 @@ class Executor:
             )
         if reason is CancelReason.CANCEL:
             return RunResult(ExecutionStatus.CANCELLED, error, note="cancelled on request")
+        if reason is CancelReason.REPLACED:
+            return RunResult(ExecutionStatus.CANCELLED, error, note="replaced: the next slot came due")
         message = {
             CancelReason.LOST: "lease lost: the run was stopped because this node no longer owns it",
             CancelReason.SHUTDOWN: "interrupted: the node shut down before the run finished",

@@ -207,7 +207,9 @@ class Settlement:
     triggered: bool
 
 
-def settle(task: Task, outcome: ExecutionStatus, now: datetime, *, interrupted: bool = False) -> Settlement:
+def settle(
+    task: Task, outcome: ExecutionStatus, now: datetime, *, interrupted: bool = False, replaced: bool = False
+) -> Settlement:
     """How a run that ended with ``outcome`` moves ``task`` on.
 
     ``task`` is the task as claimed: ``task.attempt`` is the attempt that just ran.
@@ -216,6 +218,9 @@ def settle(task: Task, outcome: ExecutionStatus, now: datetime, *, interrupted: 
     on the same slot with exponential backoff while attempts remain; a RECURRING task
     then moves to its next slot whatever happened, a ONE_TIME task ends.
     """
+    if replaced and not task.cancel_requested:  # overlap="replace": on to the slot that came due
+        slot = next_slot(task, now)
+        return Settlement(Status.PENDING, slot, slot + jitter_offset(task.id, slot, task.jitter), 0, False)
     if task.cancel_requested or outcome is ExecutionStatus.CANCELLED:
         return Settlement(Status.CANCELLED, task.scheduled_at, task.next_run_at, task.attempt, task.triggered)
     if interrupted:
@@ -242,10 +247,11 @@ def outcome_of(
     result: Any = None,
     note: str | None = None,
     interrupted: bool = False,
+    replaced: bool = False,
     started_at: datetime | None = None,
 ) -> Outcome:
     """The fenced write that records a run that ended at ``now`` and applies ``settle``'s decision."""
-    s = settle(claim.task, status, now, interrupted=interrupted)
+    s = settle(claim.task, status, now, interrupted=interrupted, replaced=replaced)
     return Outcome(
         task_id=claim.task.id,
         fence=claim.fence,

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 from tickwork.clock import utcnow
 from tickwork.context import Context
 from tickwork.executor import CancelReason, Executor, Run, RunResult
-from tickwork.model import ErrorInfo, ExecutionStatus, Node
+from tickwork.model import ErrorInfo, ExecutionStatus, Node, Overlap
 from tickwork.reconciler import reconcile
 from tickwork.recorder import Recorder
-from tickwork.schedules import decide, failed_outcome, outcome_of, skipped_outcome
+from tickwork.schedules import decide, failed_outcome, outcome_of, schedule_of, skipped_outcome
 from tickwork.store.base import Claim, Renewal
 
 if TYPE_CHECKING:
@@ -308,6 +308,10 @@ class Worker:
             if task.timeout is not None:
                 run.deadline = time.monotonic() + task.timeout
                 self._monitor_wake.set()
+            if task.overlap is Overlap.REPLACE and (schedule := schedule_of(task)) is not None:
+                due_in = schedule.next_after(run.claim.scheduled_for) - self.store.approximate_now()
+                run.replace_at = time.monotonic() + due_in.total_seconds()
+                self._monitor_wake.set()
             began = time.monotonic()
             result = self.executor.execute(run, ctx)
             self.prefetch.observe_run(time.monotonic() - began)
@@ -338,7 +342,8 @@ class Worker:
         try:
             outcome = outcome_of(
                 run.claim, result.status, now, error=result.error, result=result.result, note=result.note,
-                interrupted=interrupted, started_at=run.started_at,
+                interrupted=interrupted, replaced=run.cancel_reason is CancelReason.REPLACED,
+                started_at=run.started_at,
             )  # fmt: skip
         except Exception as exc:
             log.exception("task %s: cannot compute its next state; ending it FAILED", run.task_id)
@@ -423,18 +428,23 @@ class Worker:
         return True
 
     def _enforce_timeouts(self) -> float | None:
-        """Cancel runs past their deadline; return the earliest deadline still ahead."""
+        """Cancel runs past their timeout, or whose replacement slot came due
+        (overlap="replace"); return the earliest such deadline still ahead."""
         now = time.monotonic()
         earliest: float | None = None
         with self._runs_lock:
             runs = list(self._runs.values())
         for run in runs:
-            if run.deadline is None or run.cancel_reason is not None:
+            if run.cancel_reason is not None or not run.started:
                 continue
-            if run.deadline <= now:
-                run.request_cancel(CancelReason.TIMEOUT)
-            elif earliest is None or run.deadline < earliest:
-                earliest = run.deadline
+            for deadline, reason in ((run.deadline, CancelReason.TIMEOUT), (run.replace_at, CancelReason.REPLACED)):
+                if deadline is None:
+                    continue
+                if deadline <= now:
+                    run.request_cancel(reason)
+                    break
+                if earliest is None or deadline < earliest:
+                    earliest = deadline
         return earliest
 
     def _reconcile_main(self) -> None:
