@@ -483,3 +483,25 @@ def test_by_default_a_recurring_task_never_runs_twice_at_once(app: App) -> None:
     starts = [t for _, t in app.seen]  # type: ignore[attr-defined]
     assert all(b - a >= 0.3 for a, b in itertools.pairwise(starts))  # one after the other, never overlapping
     assert all(e.status is ExecutionStatus.COMPLETED for e in app.executions(task.id))
+
+
+def test_a_one_time_task_with_skip_that_missed_its_grace_ends_failed_with_a_record(sqlite_url: str) -> None:
+    start = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    clock = FakeClock(start)
+    app = App(sqlite_url, clock=clock, poll_interval=0.05, heartbeat=0.5, lease=3600)
+    ran: list[int] = []
+
+    @app.task(name="t.once")
+    def once(ctx: Context) -> None:
+        ran.append(ctx.task_id)
+
+    skipping = app.schedule("t.once", misfire="SKIP")
+    late_anyway = app.schedule("t.once")  # the default: a one-time task runs however late
+    clock.advance(timedelta(minutes=5))
+    node = Node(app)
+    wait_for(lambda: app.get(skipping.id).status.is_terminal and app.get(late_anyway.id).status.is_terminal)
+    node.stop()
+    assert app.get(skipping.id).status is Status.FAILED and ran == [late_anyway.id]
+    [record] = app.executions(skipping.id)
+    assert record.status is ExecutionStatus.SKIPPED and record.skipped == 1 and record.scheduled_for == start
+    app.close()
