@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.workers import Fleet, client_for
+from tickwork import App
 from tickwork.store import Store, open_store
 
 STORE_KINDS = ["sqlite", "postgres"]
@@ -87,3 +89,27 @@ def store(store_url: str) -> Iterator[Store]:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'tickwork.db'}"
+
+
+@pytest.fixture
+def records(tmp_path: Path) -> Path:
+    """Where the test app's tasks record their runs (one file per worker process)."""
+    folder = tmp_path / "records"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[App]:
+    """An App on the module's ``db_url`` that knows the test app's task names."""
+    app: App = client_for(db_url)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def fleet(db_url: str, records: Path) -> Iterator[Fleet]:
+    """Worker processes of the test app on the module's ``db_url``, killed at the end."""
+    fleet = Fleet(db_url, records)
+    yield fleet
+    fleet.kill_all()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,10 +12,15 @@ from hypothesis import strategies as st
 
 from tests.conftest import wait_for
 from tests.test_schedules import make_task
-from tests.workers import Fleet, client_for, read_records
+from tests.workers import Fleet, read_records
 from tickwork import App, ExecutionStatus, InvalidInput, Kind, Misfire, Status
 from tickwork.model import Task
 from tickwork.schedules import CronSchedule, IntervalSchedule, Schedule, decide, schedule_of, settle
+
+
+@pytest.fixture
+def db_url(sqlite_url: str) -> str:
+    return sqlite_url
 
 
 def all_slots(schedule: Schedule, first: datetime, until: datetime) -> list[datetime]:
@@ -130,27 +134,6 @@ def test_a_triggered_run_is_never_a_misfire() -> None:
 
 
 # -- real nodes ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def records(tmp_path: Path) -> Path:
-    folder = tmp_path / "records"
-    folder.mkdir()
-    return folder
-
-
-@pytest.fixture
-def client(sqlite_url: str) -> Iterator[App]:
-    app: App = client_for(sqlite_url)
-    yield app
-    app.close()
-
-
-@pytest.fixture
-def fleet(sqlite_url: str, records: Path) -> Iterator[Fleet]:
-    fleet = Fleet(sqlite_url, records)
-    yield fleet
-    fleet.kill_all()
 
 
 def four_missed_half_hours(now: datetime) -> tuple[datetime, list[datetime]]:

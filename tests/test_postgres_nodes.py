@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from tests.conftest import wait_for
-from tests.workers import Fleet, client_for, read_records
+from tests.workers import Fleet, read_records
 from tickwork import App, ExecutionStatus, Status
 
 
 @pytest.fixture
-def records(tmp_path: Path) -> Path:
-    folder = tmp_path / "records"
-    folder.mkdir()
-    return folder
-
-
-@pytest.fixture
-def client(pg_url: str) -> Iterator[App]:
-    app: App = client_for(pg_url)
-    yield app
-    app.close()
-
-
-@pytest.fixture
-def fleet(pg_url: str, records: Path) -> Iterator[Fleet]:
-    fleet = Fleet(pg_url, records)
-    yield fleet
-    fleet.kill_all()
+def db_url(pg_url: str) -> str:
+    return pg_url
 
 
 def count(app: App, status: str) -> int:

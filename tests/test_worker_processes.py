@@ -6,45 +6,28 @@ from __future__ import annotations
 import itertools
 import signal
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import wait_for
-from tests.workers import Fleet, client_for, read_records
+from tests.workers import Fleet, read_records
 from tickwork import App, ExecutionStatus, Status
 
 
 @pytest.fixture
-def records(tmp_path: Path) -> Path:
-    folder = tmp_path / "records"
-    folder.mkdir()
-    return folder
-
-
-@pytest.fixture
-def client(sqlite_url: str) -> Iterator[App]:
-    app: App = client_for(sqlite_url)
-    yield app
-    app.close()
-
-
-@pytest.fixture
-def workers(sqlite_url: str, records: Path) -> Iterator[Fleet]:
-    fleet = Fleet(sqlite_url, records)
-    yield fleet
-    fleet.kill_all()
+def db_url(sqlite_url: str) -> str:
+    return sqlite_url
 
 
 def finished(app: App, task_id: int) -> bool:
     return app.get(task_id).status.is_terminal
 
 
-def test_one_time_task_runs_once_and_completes(client: App, workers: Fleet, records: Path) -> None:
+def test_one_time_task_runs_once_and_completes(client: App, fleet: Fleet, records: Path) -> None:
     task = client.schedule("test.record")
-    worker = workers.start()
+    worker = fleet.start()
     wait_for(lambda: finished(client, task.id))
     assert worker.terminate() == 0, worker.output()
     assert client.get(task.id).status is Status.COMPLETED
@@ -54,11 +37,11 @@ def test_one_time_task_runs_once_and_completes(client: App, workers: Fleet, reco
     assert [r["task_id"] for r in read_records(records)] == [task.id]
 
 
-def test_delayed_task_does_not_run_before_its_delay(client: App, workers: Fleet, records: Path) -> None:
+def test_delayed_task_does_not_run_before_its_delay(client: App, fleet: Fleet, records: Path) -> None:
     before = datetime.now(UTC)
     task = client.schedule("test.async_record", delay=1.5)
     assert task.scheduled_at - before >= timedelta(seconds=1.5)
-    workers.start()
+    fleet.start()
     wait_for(lambda: finished(client, task.id))
     [run] = client.executions(task.id)
     assert run.status is ExecutionStatus.COMPLETED and run.result == 1
@@ -67,9 +50,9 @@ def test_delayed_task_does_not_run_before_its_delay(client: App, workers: Fleet,
     assert rec["at"] >= task.scheduled_at.timestamp()
 
 
-def test_recurring_runs_are_exactly_on_their_schedule(client: App, workers: Fleet) -> None:
+def test_recurring_runs_are_exactly_on_their_schedule(client: App, fleet: Fleet) -> None:
     task = client.schedule("test.record", every=0.4)
-    workers.start()
+    fleet.start()
     wait_for(lambda: len(client.executions(task.id, status="COMPLETED")) >= 6)
     runs = sorted(client.executions(task.id, status="COMPLETED"), key=lambda e: e.scheduled_for)
     slots = [e.scheduled_for for e in runs]
@@ -79,9 +62,9 @@ def test_recurring_runs_are_exactly_on_their_schedule(client: App, workers: Flee
     assert client.get(task.id).status in (Status.PENDING, Status.RUNNING)  # never completes
 
 
-def test_failing_task_is_retried_with_growing_delays_then_failed(client: App, workers: Fleet, records: Path) -> None:
+def test_failing_task_is_retried_with_growing_delays_then_failed(client: App, fleet: Fleet, records: Path) -> None:
     task = client.schedule("test.fail", max_retries=3, retry_backoff=0.2)
-    workers.start()
+    fleet.start()
     wait_for(lambda: finished(client, task.id))
     final = client.get(task.id)
     assert final.status is Status.FAILED and final.last_status is ExecutionStatus.FAILED
@@ -96,10 +79,10 @@ def test_failing_task_is_retried_with_growing_delays_then_failed(client: App, wo
     assert len(read_records(records)) == 4
 
 
-def test_sigterm_lets_running_runs_finish_and_claims_nothing_more(client: App, workers: Fleet, records: Path) -> None:
+def test_sigterm_lets_running_runs_finish_and_claims_nothing_more(client: App, fleet: Fleet, records: Path) -> None:
     slow = [client.schedule("test.slow", kwargs={"seconds": 1.5}, priority=10) for _ in range(2)]
     waiting = [client.schedule("test.record") for _ in range(10)]
-    worker = workers.start(concurrency=2)
+    worker = fleet.start(concurrency=2)
     wait_for(lambda: len([r for r in read_records(records) if r.get("phase") == "start"]) == 2)
     assert worker.terminate() == 0, worker.output()
     for task in slow:
@@ -114,10 +97,10 @@ def test_sigterm_lets_running_runs_finish_and_claims_nothing_more(client: App, w
     assert "gave back" in worker.output() or "stopped" in worker.output()
 
 
-def test_four_processes_run_each_of_2000_tasks_exactly_once(client: App, workers: Fleet, records: Path) -> None:
+def test_four_processes_run_each_of_2000_tasks_exactly_once(client: App, fleet: Fleet, records: Path) -> None:
     tasks = client.schedule_many([{"task": "test.record"} for _ in range(2000)])
     ids = {t.id for t in tasks}
-    procs = [workers.start(concurrency=8) for _ in range(4)]
+    procs = [fleet.start(concurrency=8) for _ in range(4)]
     wait_for(lambda: len(client.tasks(status="COMPLETED", limit=10_000)) == 2000, timeout=120)
     for p in procs:
         assert p.terminate() == 0, p.output()
@@ -131,14 +114,14 @@ def test_four_processes_run_each_of_2000_tasks_exactly_once(client: App, workers
     assert len({r["pid"] for r in read_records(records)}) > 1  # the work really was shared
 
 
-def test_killed_node_run_is_recovered_by_another_node(client: App, workers: Fleet, records: Path) -> None:
+def test_killed_node_run_is_recovered_by_another_node(client: App, fleet: Fleet, records: Path) -> None:
     fast_lease = {"TICKWORK_TEST_LEASE": "1", "TICKWORK_TEST_HEARTBEAT": "0.2"}
     task = client.schedule("test.slow", kwargs={"seconds": 0.5}, max_retries=1, retry_backoff=0.1)
-    doomed = workers.start(env={**fast_lease, "TICKWORK_TEST_GRACE": "0"})
+    doomed = fleet.start(env={**fast_lease, "TICKWORK_TEST_GRACE": "0"})
     # The first attempt is killed mid-run; SIGKILL leaves its lease to expire.
     wait_for(lambda: any(r.get("phase") == "start" for r in read_records(records)))
     doomed.kill()
-    rescuer = workers.start(env=fast_lease)
+    rescuer = fleet.start(env=fast_lease)
     wait_for(lambda: finished(client, task.id))
     assert rescuer.terminate() == 0, rescuer.output()
     runs = sorted(client.executions(task.id), key=lambda e: e.attempt)
@@ -148,9 +131,9 @@ def test_killed_node_run_is_recovered_by_another_node(client: App, workers: Flee
     assert client.get(task.id).status is Status.COMPLETED
 
 
-def test_a_second_signal_exits_at_once(client: App, workers: Fleet, records: Path) -> None:
+def test_a_second_signal_exits_at_once(client: App, fleet: Fleet, records: Path) -> None:
     task = client.schedule("test.slow", kwargs={"seconds": 120})
-    worker = workers.start(env={"TICKWORK_TEST_GRACE": "120"})
+    worker = fleet.start(env={"TICKWORK_TEST_GRACE": "120"})
     wait_for(lambda: any(r.get("phase") == "start" for r in read_records(records)))
     worker.proc.send_signal(signal.SIGTERM)
     wait_for(lambda: "stopping" in worker.output())  # the first signal began a graceful stop
