@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import wait_for
 from tests.test_schedules import make_task
-from tests.workers import Fleet, read_records
+from tests.workers import Fleet, client_for, read_records
 from tickwork import App, ExecutionStatus, InvalidInput, Kind, Misfire, Status
 from tickwork.model import Task
 from tickwork.schedules import CronSchedule, IntervalSchedule, Schedule, decide, schedule_of, settle
@@ -217,3 +217,66 @@ def test_resume_without_catch_up_skips_what_was_missed_while_paused(client: App)
     [record] = client.executions(task.id, status="SKIPPED")
     assert record.skipped == 4 and record.scheduled_for == at  # at, +1 h, +2 h, +3 h
     assert resumed.last_decision is not None and "without catch-up" in resumed.last_decision
+
+
+def test_a_retry_is_never_judged_missed() -> None:
+    retry = make_task(kind=Kind.ONE_TIME, interval=None, misfire=Misfire.SKIP, misfire_grace=1.0, attempt=2)
+    assert decide(retry, retry.scheduled_at + timedelta(hours=2)).run
+
+
+def test_jitter_never_makes_an_on_time_slot_missed() -> None:
+    task = make_task(misfire=Misfire.SKIP, misfire_grace=60.0, jitter=300.0)
+    assert decide(task, task.scheduled_at + timedelta(seconds=300 + 59)).run
+    assert not decide(task, task.scheduled_at + timedelta(seconds=300 + 61)).run
+
+
+def test_missed_slots_across_a_half_hour_dst_change_are_the_forward_slots() -> None:
+    # Lord Howe falls back 30 minutes on 2024-04-07 local (2024-04-06 15:00 UTC).
+    first = datetime(2024, 4, 6, 9, 45, tzinfo=UTC)
+    task = make_task(cron="45 * * * *", timezone="Australia/Lord_Howe", interval=None, misfire_grace=0.0)
+    task = dataclasses.replace(task, scheduled_at=first, next_run_at=first)
+    now = datetime(2024, 4, 6, 15, 23, tzinfo=UTC)
+    schedule = schedule_of(task)
+    assert schedule is not None
+    real = all_slots(schedule, first, now)
+    for policy in Misfire:
+        runs, skipped = simulate(dataclasses.replace(task, misfire=policy, max_catchup=2), now)
+        assert sorted(runs + skipped) == real, policy
+
+
+def test_backfill_of_an_interval_task_stays_on_its_grid_and_refuses_the_future(client: App) -> None:
+    anchor = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    task = client.schedule("test.record", every=3600, at=anchor)
+    runs = client.backfill(task.id, anchor - timedelta(hours=5, minutes=30), anchor - timedelta(hours=2))
+    assert [r.scheduled_at for r in runs] == [anchor - timedelta(hours=h) for h in (5, 4, 3, 2)]
+    with pytest.raises(InvalidInput, match="future"):
+        client.backfill(task.id, anchor - timedelta(hours=1), anchor + timedelta(hours=1))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_two_backfills_of_one_range_at_once_schedule_each_slot_once(
+    kind: str, sqlite_url: str, request: pytest.FixtureRequest
+) -> None:
+    import threading
+
+    url = sqlite_url if kind == "sqlite" else request.getfixturevalue("pg_url")
+    apps = [client_for(url) for _ in range(2)]
+    task = apps[0].schedule("test.record", cron="0 * * * *")
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    barrier = threading.Barrier(2)
+    results: list[list[Task]] = []
+
+    def backfill(app: App) -> None:
+        barrier.wait(10)
+        results.append(app.backfill(task.id, start, start + timedelta(hours=9)))
+
+    threads = [threading.Thread(target=backfill, args=(app,)) for app in apps]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    scheduled = [r for batch in results for r in batch]
+    assert sorted({r.id for r in scheduled}) == sorted(r.id for r in apps[0].tasks(limit=100) if r.parent_id)
+    assert len({r.id for r in scheduled}) == 10
+    for app in apps:
+        app.close()

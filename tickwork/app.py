@@ -25,6 +25,7 @@ from tickwork.schedules import (
     CronSchedule,
     IntervalSchedule,
     decide,
+    first_slot_from,
     jitter_offset,
     parse_timezone,
     require_aware,
@@ -36,6 +37,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_URL = "sqlite:///tickwork.db"
 DEFAULT_MAX_PAYLOAD = 64 * 1024
+RESUME_ATTEMPTS = 3
 MAX_BACKFILL = 10_000
 """Most slots one backfill call schedules."""
 MAX_SPAN_S = 100 * 366 * 86400.0
@@ -379,8 +381,11 @@ class App:
         """Resume a paused task. A paused task builds no backlog: the slots missed while
         paused go to its misfire policy when it is next claimed, or, with
         ``catch_up=False``, are all skipped now (and recorded as one SKIPPED execution)."""
-        skipping = None if catch_up else self._skipping(self.get(task_id))
-        task = self._require(self.store.resume(task_id, skipping), task_id)
+        for _ in range(RESUME_ATTEMPTS):
+            skipping = None if catch_up else self._skipping(self.get(task_id))
+            task = self._require(self.store.resume(task_id, skipping), task_id)
+            if task.status is not Status.PAUSED:
+                break  # resumed (or no longer paused): otherwise it changed under us, decide again
         if task.status is not Status.PENDING:
             raise InvalidState(task_id, task.status.value, "resume")
         self.wakeup.set()
@@ -396,6 +401,7 @@ class App:
             return None
         then = decision.next_slot
         return Skipping(
+            version=task.version,
             next_slot=then,
             next_run_at=then + jitter_offset(task.id, then, task.jitter),
             count=decision.skipped,
@@ -419,14 +425,15 @@ class App:
         last = require_aware("end", end)
         if last < first:
             raise InvalidInput("end", end.isoformat(), "must not be before start")
+        if last > self.store.approximate_now():
+            raise InvalidInput("end", end.isoformat(), "must not be in the future: the schedule runs those slots")
         slots: list[datetime] = []
-        slot = schedule.next_after(first - timedelta(microseconds=1))
+        slot = first_slot_from(schedule, task.scheduled_at, first)
         while slot <= last:
             if len(slots) == MAX_BACKFILL:
                 raise InvalidInput("end", end.isoformat(), f"the range holds more than {MAX_BACKFILL} slots")
             slots.append(slot)
             slot = schedule.next_after(slot)
-        taken = self.store.taken_slots(task_id, first, last)
         runs = [
             NewTask(
                 name=task.name,
@@ -445,9 +452,8 @@ class App:
                 parent_id=task_id,
             )
             for s in slots
-            if s not in taken
         ]
-        scheduled = self.store.insert_tasks(runs) if runs else []
+        scheduled = self.store.backfill(task_id, first, last, runs) if runs else []
         self.wakeup.set()
         return scheduled
 

@@ -35,6 +35,10 @@ CRON_MACROS = {
     "@hourly": "0 * * * *",
 }
 
+# Reverse cron iteration is off by at most a DST shift (30 min in Lord Howe, 1 h
+# elsewhere) around a change: forward iteration from this much earlier finds the truth.
+DST_SLACK = timedelta(hours=2)
+
 # cronsim yields the next match of the *naive* wall time for fixed-time expressions in
 # a zone with DST; on a fall-back day, starting inside the second pass of the repeated
 # hour, that match can lie before the start in UTC. We step past such results; a handful
@@ -110,13 +114,17 @@ class CronSchedule:
         raise RuntimeError(f"cron {self.expression!r} did not advance past {after}")
 
     def latest_until(self, slot: datetime, now: datetime) -> datetime:
-        # Walk back from now (cheap however long the gap), then forward-correct: reverse
-        # iteration across a DST change may land one fire early, never late.
+        # Walk back from now (cheap however long the gap) to near the answer, then find it
+        # forward: around a DST change reverse iteration can name a time that forward
+        # iteration (the ISC rules) never fires, so only forward results are trusted.
         back = CronSim(self.normalized, now.astimezone(ZoneInfo(self.timezone)), reverse=True)
         try:
-            latest = max(slot, next(back).astimezone(UTC))
+            probe = max(slot, next(back).astimezone(UTC) - DST_SLACK)
         except StopIteration:
-            latest = slot
+            probe = slot
+        latest = slot
+        if probe > slot and (first := self.next_after(probe - timedelta(microseconds=1))) <= now:
+            latest = first
         while (following := self.next_after(latest)) <= now:
             latest = following
         return latest
@@ -156,6 +164,15 @@ class IntervalSchedule:
     def latest_until(self, slot: datetime, now: datetime) -> datetime:
         step = timedelta(seconds=self.seconds)
         return slot + ((now - slot) // step) * step
+
+
+def first_slot_from(schedule: Schedule, anchor: datetime, start: datetime) -> datetime:
+    """The first slot at or after ``start`` of a schedule whose slots include ``anchor``
+    (an interval's grid is anchored on the task's own slots, earlier or later)."""
+    if isinstance(schedule, IntervalSchedule):
+        step = timedelta(seconds=schedule.seconds)
+        return anchor - ((anchor - start) // step) * step
+    return schedule.next_after(start - timedelta(microseconds=1))
 
 
 def schedule_of(task: Task) -> Schedule | None:
@@ -302,17 +319,19 @@ class Decision:
 def decide(task: Task, now: datetime) -> Decision:
     """The misfire policy for the claimed slot ``task.scheduled_at`` at ``now`` (pure).
 
-    A slot is missed when it is more than ``misfire_grace`` before ``now``; the missed
-    slots are that slot and every later one up to the same horizon. SKIP runs none of
-    them; SINGLE_CATCHUP runs the latest; CATCHUP runs them all, oldest first, each when
-    it is claimed, but at most ``max_catchup`` (the oldest beyond that are skipped). A
-    decision that does not run the claimed slot moves the task to the next slot to
-    consider and records the skipped ones; a later claim then decides again. Manual
-    (triggered) runs and slots within the grace always run.
+    A slot is missed when it is more than ``misfire_grace`` before ``now`` (counted from
+    the end of its jitter window, so jitter never makes an on-time slot late); the
+    missed slots are that slot and every later one up to the same horizon. SKIP runs
+    none of them; SINGLE_CATCHUP runs the latest; CATCHUP runs them all, oldest first,
+    each when it is claimed, but at most ``max_catchup`` (the oldest beyond that are
+    skipped). A decision that does not run the claimed slot moves the task to the next
+    slot to consider and records the skipped ones; a later claim then decides again.
+    Only a slot's first attempt is decided: retries, recovered runs and manual
+    (triggered) runs always run.
     """
     slot = task.scheduled_at
-    horizon = now - timedelta(seconds=task.misfire_grace)
-    if task.triggered or slot >= horizon:
+    horizon = now - timedelta(seconds=task.misfire_grace + task.jitter)
+    if task.triggered or task.attempt > 1 or slot >= horizon:
         return Decision(True, slot)
     if task.kind is Kind.ONE_TIME:
         if task.misfire is Misfire.SKIP:
@@ -322,53 +341,44 @@ def decide(task: Task, now: datetime) -> Decision:
     assert schedule is not None
     last = schedule.latest_until(slot, horizon - timedelta(microseconds=1))  # the newest missed slot
     if task.misfire is Misfire.SKIP:
-        count, _ = _walk(schedule, slot, last, set())
-        return _skipping(task, count, slot, last, schedule.next_after(last), "SKIP")
+        count = _count(schedule, slot, last)
+        return _skipping(count, slot, last, schedule.next_after(last), "SKIP")
     if task.misfire is Misfire.SINGLE_CATCHUP:
         if last == slot:
             return Decision(True, slot)
-        count, marks = _walk(schedule, slot, last, {-2})
-        return _skipping(task, count - 1, slot, marks[-2], last, "SINGLE_CATCHUP runs the latest")
-    count, _ = _walk(schedule, slot, last, set())
-    if count <= task.max_catchup:
+        before = schedule.latest_until(slot, last - timedelta(microseconds=1))
+        return _skipping(_count(schedule, slot, before), slot, before, last, "SINGLE_CATCHUP runs the latest")
+    # CATCHUP: keep the newest max_catchup missed slots, found by stepping back from the last.
+    kept = last
+    for _ in range(task.max_catchup - 1):
+        if kept == slot:
+            return Decision(True, slot)  # no more missed slots than the cap
+        kept = schedule.latest_until(slot, kept - timedelta(microseconds=1))
+    if kept == slot:
         return Decision(True, slot)
-    skip = count - task.max_catchup
-    _, marks = _walk(schedule, slot, last, {skip - 1, skip})
-    return _skipping(task, skip, slot, marks[skip - 1], marks[skip], f"CATCHUP capped at {task.max_catchup}")
+    before = schedule.latest_until(slot, kept - timedelta(microseconds=1))
+    policy = f"CATCHUP capped at {task.max_catchup}"
+    return _skipping(_count(schedule, slot, before), slot, before, kept, policy)
 
 
-def _skipping(task: Task, count: int, first: datetime, last: datetime, then: datetime, policy: str) -> Decision:
+def _skipping(count: int, first: datetime, last: datetime, then: datetime, policy: str) -> Decision:
+    shown = f"{count}+" if count >= COUNT_LIMIT else str(count)
     text = (
-        f"{count} missed slots skipped ({first.isoformat()} .. {last.isoformat()}), "
-        f"{policy}; next slot {then.isoformat()}"
+        f"{shown} missed slots skipped ({first.isoformat()} .. {last.isoformat()}), {policy}; next {then.isoformat()}"
     )
     return Decision(False, then, count, first, last, text)
 
 
-def _walk(schedule: Schedule, first: datetime, last: datetime, wanted: set[int]) -> tuple[int, dict[int, datetime]]:
-    """Count the slots in [first, last] (both slots) and pick those at the ``wanted``
-    indexes (negative ones count from the end). Arithmetic for intervals; for cron, one
-    walk, counted up to COUNT_LIMIT."""
+def _count(schedule: Schedule, first: datetime, last: datetime) -> int:
+    """How many slots lie in [first, last] (both slots): arithmetic for intervals; for
+    cron one walk, stopped at COUNT_LIMIT (a record then says "at least")."""
     if isinstance(schedule, IntervalSchedule):
-        step = timedelta(seconds=schedule.seconds)
-        count = (last - first) // step + 1
-        return count, {i: first + (i if i >= 0 else count + i) * step for i in wanted}
-    recent: list[datetime] = []
-    marks: dict[int, datetime] = {}
-    count = 0
+        return (last - first) // timedelta(seconds=schedule.seconds) + 1
+    count = 1
     current = first
-    while True:
-        if count in wanted:
-            marks[count] = current
-        recent = [*recent[-1:], current]
+    while count < COUNT_LIMIT and (current := schedule.next_after(current)) <= last:
         count += 1
-        if current >= last or count >= COUNT_LIMIT:
-            break
-        current = schedule.next_after(current)
-    for index in wanted:
-        if index < 0:
-            marks[index] = recent[index]
-    return count, marks
+    return count
 
 
 def skipped_outcome(claim: Claim, decision: Decision, now: datetime) -> Outcome:

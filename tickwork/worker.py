@@ -310,8 +310,10 @@ class Worker:
                 self._monitor_wake.set()
             if task.overlap is Overlap.REPLACE and (schedule := schedule_of(task)) is not None:
                 due_in = schedule.next_after(run.claim.scheduled_for) - self.store.approximate_now()
-                run.replace_at = time.monotonic() + due_in.total_seconds()
-                self._monitor_wake.set()
+                # A catch-up run whose next slot is missed too is left to the misfire policy.
+                if due_in.total_seconds() > -task.misfire_grace:
+                    run.replace_at = time.monotonic() + max(0.0, due_in.total_seconds())
+                    self._monitor_wake.set()
             began = time.monotonic()
             result = self.executor.execute(run, ctx)
             self.prefetch.observe_run(time.monotonic() - began)

@@ -91,6 +91,8 @@ class Outcome:
 class Skipping:
     """Missed slots to pass over when a paused task is resumed without catching up."""
 
+    version: int
+    """The version the skipped slots were computed from: a task changed since is left alone."""
     next_slot: datetime
     next_run_at: datetime
     count: int
@@ -212,9 +214,11 @@ class Store(Protocol):
         execution records the slots passed over, in the same transaction."""
         ...
 
-    def taken_slots(self, task_id: int, start: datetime, end: datetime) -> set[datetime]:
-        """Slots in [start, end] of a recurring task that completed (its own runs or
-        backfill runs) or wait in a live backfill run."""
+    def backfill(self, task_id: int, start: datetime, end: datetime, runs: Sequence[NewTask]) -> list[Task]:
+        """Insert the backfill ``runs`` of a recurring task whose slot (``scheduled_at``)
+        in [start, end] has not completed (by the task or an earlier backfill) and is not
+        waiting in a live backfill run. One transaction, serialised per task: two
+        backfills of one range at once schedule each slot once."""
         ...
 
     def trigger(self, task_id: int) -> Task | None:

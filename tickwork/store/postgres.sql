@@ -79,6 +79,9 @@ LIMIT :limit;
 -- name: prune_nodes
 DELETE FROM tickwork_nodes WHERE heartbeat_at < :now - make_interval(secs => :silent_for);
 
+-- name: lock_task
+SELECT id FROM tickwork_tasks WHERE id = :id FOR UPDATE;
+
 -- name: clock
 SELECT clock_timestamp() AS now;
 
@@ -102,7 +105,8 @@ WITH o AS (
     UPDATE tickwork_tasks t
     SET status = CASE WHEN t.cancel_requested THEN 'CANCELLED' ELSE o.task_status END,
         scheduled_at = o.scheduled_at, next_run_at = o.next_run_at, attempt = o.attempt,
-        triggered = o.triggered, run_count = t.run_count + 1, last_status = o.status,
+        triggered = o.triggered, last_status = o.status,
+        run_count = t.run_count + CASE WHEN o.status = 'SKIPPED' THEN 0 ELSE 1 END,
         last_decision = COALESCE(o.decision, t.last_decision),
         lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
     FROM o

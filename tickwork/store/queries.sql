@@ -64,7 +64,8 @@ RETURNING id, cancel_requested;
 -- from a snapshot taken before the request.
 UPDATE tickwork_tasks
 SET status = CASE WHEN cancel_requested THEN 'CANCELLED' ELSE :task_status END, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
-    attempt = :attempt, triggered = :triggered, run_count = run_count + 1,
+    attempt = :attempt, triggered = :triggered,
+    run_count = run_count + CASE WHEN :status = 'SKIPPED' THEN 0 ELSE 1 END,
     last_status = :status, last_decision = COALESCE(:decision, last_decision),
     lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
@@ -148,7 +149,7 @@ RETURNING *;
 UPDATE tickwork_tasks
 SET status = 'PENDING', version = version + 1, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
     last_decision = :decision, updated_at = :now
-WHERE id = :id AND status = 'PAUSED'
+WHERE id = :id AND status = 'PAUSED' AND version = :version
 RETURNING *;
 
 -- name: insert_skipped
@@ -156,6 +157,10 @@ RETURNING *;
 INSERT INTO tickwork_executions
     (task_id, attempt, scheduled_for, started_at, finished_at, status, note, skipped_count, skipped_last)
 VALUES (:id, 0, :skipped_first, :now, :now, 'SKIPPED', :decision, :skipped, :skipped_last);
+
+-- name: lock_task
+-- Serialises writers of one task's backfill (the SQLite file lock already does).
+SELECT id FROM tickwork_tasks WHERE id = :id;
 
 -- name: taken_slots
 -- Slots of a recurring task in [:start, :end] that already completed (the task's own

@@ -129,44 +129,47 @@ class SQLStore:
     # -- scheduling ---------------------------------------------------------------
 
     def insert_tasks(self, tasks: Sequence[NewTask]) -> list[Task]:
-        d = self.dialect
         if not tasks:
             return []
-        with d.transaction() as s:
-            now = d.encode_time(d.approximate_now())
-            params = [
-                {
-                    "name": new.name,
-                    "args": d.encode_json(new.args),
-                    "kwargs": d.encode_json(new.kwargs),
-                    "key": new.key,
-                    "kind": new.kind.value,
-                    "cron": new.cron,
-                    "timezone": new.timezone,
-                    "interval": new.interval,
-                    "scheduled_at": d.encode_time(new.scheduled_at),
-                    "next_run_at": d.encode_time(new.next_run_at),
-                    "misfire": new.misfire.value,
-                    "misfire_grace": new.misfire_grace,
-                    "jitter": new.jitter,
-                    "timeout": new.timeout,
-                    "max_retries": new.max_retries,
-                    "retry_backoff": new.retry_backoff,
-                    "priority": new.priority,
-                    "max_catchup": new.max_catchup,
-                    "overlap": new.overlap.value,
-                    "parent_id": new.parent_id,
-                    "now": now,
-                }
-                for new in tasks
-            ]
-            inserted: list[Task] = []
-            for new, rows in zip(tasks, s.fetch_many("insert_task", params), strict=True):
-                row = rows[0] if rows else s.fetch_one("live_task_by_key", {"key": new.key})
-                if row is None:  # the key's holder ended between the conflict and the read
-                    raise RuntimeError(f"insert of key={new.key!r} conflicted but no live task holds it")
-                inserted.append(self._task(row))
-            self._notify(s, "due")
+        with self.dialect.transaction() as s:
+            return self._insert(s, tasks)
+
+    def _insert(self, s: Session, tasks: Sequence[NewTask]) -> list[Task]:
+        d = self.dialect
+        now = d.encode_time(d.approximate_now())
+        params = [
+            {
+                "name": new.name,
+                "args": d.encode_json(new.args),
+                "kwargs": d.encode_json(new.kwargs),
+                "key": new.key,
+                "kind": new.kind.value,
+                "cron": new.cron,
+                "timezone": new.timezone,
+                "interval": new.interval,
+                "scheduled_at": d.encode_time(new.scheduled_at),
+                "next_run_at": d.encode_time(new.next_run_at),
+                "misfire": new.misfire.value,
+                "misfire_grace": new.misfire_grace,
+                "jitter": new.jitter,
+                "timeout": new.timeout,
+                "max_retries": new.max_retries,
+                "retry_backoff": new.retry_backoff,
+                "priority": new.priority,
+                "max_catchup": new.max_catchup,
+                "overlap": new.overlap.value,
+                "parent_id": new.parent_id,
+                "now": now,
+            }
+            for new in tasks
+        ]
+        inserted: list[Task] = []
+        for new, rows in zip(tasks, s.fetch_many("insert_task", params), strict=True):
+            row = rows[0] if rows else s.fetch_one("live_task_by_key", {"key": new.key})
+            if row is None:  # the key's holder ended between the conflict and the read
+                raise RuntimeError(f"insert of key={new.key!r} conflicted but no live task holds it")
+            inserted.append(self._task(row))
+        self._notify(s, "due")
         return inserted
 
     def next_due_at(self, names: Sequence[str]) -> datetime | None:
@@ -416,6 +419,7 @@ class SQLStore:
         d = self.dialect
         params = {
             "id": task_id,
+            "version": skipping.version,
             "now": d.encode_time(d.approximate_now()),
             "scheduled_at": d.encode_time(skipping.next_slot),
             "next_run_at": d.encode_time(skipping.next_run_at),
@@ -433,11 +437,14 @@ class SQLStore:
                 self._notify(s, "due")
         return self._task(row) if row else None
 
-    def taken_slots(self, task_id: int, start: datetime, end: datetime) -> set[datetime]:
+    def backfill(self, task_id: int, start: datetime, end: datetime, runs: Sequence[NewTask]) -> list[Task]:
         d = self.dialect
-        with d.reader() as s:
+        with d.transaction() as s:
+            s.fetch_one("lock_task", {"id": task_id})
             rows = s.fetch_all("taken_slots", {"id": task_id, "start": d.encode_time(start), "end": d.encode_time(end)})
-        return {self._time(r["slot"]) for r in rows}
+            taken = {self._time(r["slot"]) for r in rows}
+            fresh = [run for run in runs if run.scheduled_at not in taken]
+            return self._insert(s, fresh) if fresh else []
 
     def trigger(self, task_id: int) -> Task | None:
         return self._change("trigger_task", task_id, notify="due")
