@@ -125,6 +125,13 @@ def test_unknown_ids_raise_task_not_found(app: App) -> None:
             call(999)
 
 
+def _deep(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 BAD_INPUTS: list[tuple[str, dict[str, Any], type[TickworkError], str]] = [
     ("cron-minute", dict(cron="61 * * * *"), InvalidCron, "cron='61 \\* \\* \\* \\*'"),
     ("cron-step-zero", dict(cron="*/0 * * * *"), InvalidCron, "cron='\\*/0"),
@@ -152,6 +159,13 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], type[TickworkError], str]] = [
     ("jitter", dict(jitter=-0.5), InvalidInput, "jitter=-0.5"),
     ("misfire", dict(misfire="SOMETIMES"), InvalidInput, "misfire='SOMETIMES'"),
     ("key", dict(key=""), InvalidInput, "key=''"),
+    ("jitter-huge", dict(jitter=1e15), InvalidInput, r"jitter=1000000000000000.0: must be at most"),
+    ("grace-huge", dict(misfire_grace=1e300), InvalidInput, r"misfire_grace=1e\+300"),
+    ("priority-huge", dict(priority=2**40), InvalidInput, "priority=1099511627776"),
+    ("at-ancient", dict(cron="* * * * *", at=datetime(1, 1, 1, tzinfo=UTC)), InvalidInput, "at=.*between 1970"),
+    ("deep-args", dict(args=[_deep(3000)]), InvalidInput, "nested deeper than 100"),
+    ("mapping-proxy", dict(kwargs={"m": __import__("types").MappingProxyType({})}), InvalidInput, "mappingproxy"),
+    ("args-payload", dict(args=["x" * 70_000]), PayloadTooLarge, "^args="),
 ]
 
 
@@ -215,3 +229,36 @@ def test_cron_with_at_starts_no_earlier_than_at(app: App) -> None:
     assert task.scheduled_at == datetime(2031, 1, 1, 12, 15, tzinfo=UTC)
     on_slot = app.schedule("reports.daily", cron="*/15 * * * *", at=datetime(2031, 1, 1, 12, 30, tzinfo=UTC), jitter=0)
     assert on_slot.scheduled_at == datetime(2031, 1, 1, 12, 30, tzinfo=UTC)
+
+
+def test_ids_offsets_items_names_and_urls_are_checked(app: App, sqlite_url: str) -> None:
+    for bad in (2**70, 0, "7", True):
+        with pytest.raises(InvalidInput, match="task_id="):
+            app.get(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="offset="):
+        app.tasks(offset=-3)
+    with pytest.raises(InvalidInput, match=r"items\[1\]="):
+        app.schedule_many([dict(task="reports.daily"), "oops"])  # type: ignore[list-item]
+    with pytest.raises(InvalidInput, match=r"items\[0\]\.cron="):
+        app.schedule_many([dict(task="reports.daily", cron="bad")])
+    with pytest.raises(InvalidInput, match="name=''"):
+        app.task(name="")(lambda ctx: None)
+    with pytest.raises(InvalidInput, match="__qualname__"):
+        app.task(__import__("functools").partial(print))
+    with pytest.raises(InvalidInput, match="url=123"):
+        App(123)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="max_payload=True"):
+        App(sqlite_url, max_payload=True)
+    assert app.tasks() == []
+
+
+def test_a_refused_schedule_creates_no_database(tmp_path: Any) -> None:
+    path = tmp_path / "typo.db"
+    app = App(f"sqlite:///{path}")
+
+    @app.task(name="f")
+    def f(ctx: Context) -> None: ...
+
+    with pytest.raises(InvalidInput, match="cron="):
+        app.schedule("f", cron="bad")
+    assert not path.exists()

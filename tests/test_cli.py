@@ -59,6 +59,8 @@ def test_schedule_errors_are_one_line_messages(run) -> None:  # type: ignore[no-
     assert "kwargs=" in run("schedule", APP, "test.record", "--kwargs", "{nope", ok=False)
     assert "name='no.such.task'" in run("schedule", APP, "no.such.task", ok=False)
     assert "timezone-aware" in run("schedule", APP, "test.record", "--at", "2030-01-01T09:00:00", ok=False)
+    assert "no database at" in run("tasks", "show", "42", ok=False)  # refused input created none
+    run("db", "upgrade")
     assert "task_id=42" in run("tasks", "show", "42", ok=False)
     assert "APP='nomodule'" in run("schedule", "nomodule", "x", ok=False)
 

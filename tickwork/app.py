@@ -13,14 +13,14 @@ import secrets
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, overload
 
 from tickwork.clock import Clock, utcnow
 from tickwork.codec import check_json, dumps
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
 from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, Overlap, Status, Task
-from tickwork.registry import Registry, TaskDef, TaskOptions
+from tickwork.registry import Registry, TaskOptions
 from tickwork.schedules import (
     CronSchedule,
     IntervalSchedule,
@@ -38,6 +38,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_URL = "sqlite:///tickwork.db"
 DEFAULT_MAX_PAYLOAD = 64 * 1024
 RESUME_ATTEMPTS = 3
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 MAX_BACKFILL = 10_000
 """Most slots one backfill call schedules."""
 MAX_SPAN_S = 100 * 366 * 86400.0
@@ -60,6 +64,8 @@ class App:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         clock: Clock = utcnow,
     ) -> None:
+        if url is not None and (not isinstance(url, str) or not url):
+            raise InvalidInput("url", url, "must be a database URL such as sqlite:///tickwork.db")
         self._url = url
         self._opened_url: str | None = None
         self.lease = _positive("lease", lease)
@@ -74,7 +80,7 @@ class App:
         if claim == "skip_locked" and self.url.startswith("sqlite:"):
             raise InvalidInput("claim", claim, "SQLite supports only 'optimistic' (SKIP LOCKED needs PostgreSQL)")
         self.claim_strategy = claim
-        if not isinstance(max_payload, int) or max_payload <= 0:
+        if isinstance(max_payload, bool) or not isinstance(max_payload, int) or max_payload <= 0:
             raise InvalidInput("max_payload", max_payload, "must be a positive number of bytes")
         self.max_payload = max_payload
         self.clock = clock
@@ -166,9 +172,12 @@ class App:
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             if not callable(f):
                 raise InvalidInput("func", f, "a task must be a function")
-            task_name = name or f"{f.__module__}.{f.__qualname__}"
-            if not task_name or not isinstance(task_name, str):
-                raise InvalidInput("name", task_name, "must be a non-empty string")
+            if name is not None and (not isinstance(name, str) or not name.strip()):
+                raise InvalidInput("name", name, "must be a non-empty string")
+            qualname = getattr(f, "__qualname__", None)
+            if name is None and qualname is None:
+                raise InvalidInput("name", None, f"{f!r} has no __qualname__: give the task a name=")
+            task_name = name or f"{getattr(f, '__module__', None) or '__main__'}.{qualname}"
             self.registry.add(task_name, f, options)
             return f
 
@@ -218,12 +227,16 @@ class App:
         """
         news: list[NewTask] = []
         for index, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise InvalidInput(f"items[{index}]", item, "must be a mapping of schedule() arguments")
             fields = dict(item)
             if "task" not in fields:
                 raise InvalidInput(f"items[{index}].task", None, "missing")
             task = fields.pop("task")
             try:
                 news.append(self._new_task(task, **fields))
+            except InvalidInput as exc:
+                raise type(exc)(f"items[{index}].{exc.field}", exc.value, exc.reason) from exc
             except TypeError as exc:
                 raise InvalidInput(f"items[{index}]", sorted(fields), str(exc)) from exc
         stored = self.store.insert_tasks(news) if news else []
@@ -261,23 +274,24 @@ class App:
         parse_timezone(timezone)
         if timezone != "UTC" and cron is None:
             raise InvalidInput("timezone", timezone, "only applies to cron schedules")
-        now = self.store.approximate_now()
-        start = now
-        if delay is not None:
-            start = now + timedelta(seconds=_seconds("delay", delay, allow_zero=True))
-        if at is not None:
-            if not isinstance(at, datetime):
-                raise InvalidInput("at", at, "must be a datetime")
-            start = require_aware("at", at)
+        # Everything that can be refused is checked before the store is touched.
+        delay_s = None if delay is None else _seconds("delay", delay, allow_zero=True)
+        at_utc = None if at is None else _moment("at", at)
+        if cron is not None and not isinstance(cron, str):
+            raise InvalidInput("cron", cron, "must be a string")
+        cron_schedule = None if cron is None else CronSchedule(cron, timezone)
         interval: float | None = None
-        if cron is not None:
-            if not isinstance(cron, str):
-                raise InvalidInput("cron", cron, "must be a string")
-            kind = Kind.RECURRING
-            scheduled_at = CronSchedule(cron, timezone).next_after(start - timedelta(microseconds=1))
-        elif every is not None:
+        if every is not None:
             interval = _seconds("every", every, allow_zero=False)
             IntervalSchedule(interval)
+        now = self.store.approximate_now()
+        start = now if at_utc is None else at_utc
+        if delay_s is not None:
+            start = now + timedelta(seconds=delay_s)
+        if cron_schedule is not None:
+            kind = Kind.RECURRING
+            scheduled_at = cron_schedule.next_after(start - timedelta(microseconds=1))
+        elif interval is not None:
             kind = Kind.RECURRING
             # The first slot is one interval from now, unless a start was given.
             scheduled_at = start if (at is not None or delay is not None) else now + timedelta(seconds=interval)
@@ -328,15 +342,18 @@ class App:
         kwargs_dict = dict(kwargs or {})
         check_json("args", args_list)
         check_json("kwargs", kwargs_dict)
-        size = len(dumps([args_list, kwargs_dict]).encode())
-        if size > self.max_payload:
-            raise PayloadTooLarge("kwargs", f"<{size} bytes>", f"payload exceeds max_payload={self.max_payload} bytes")
+        args_size, kwargs_size = len(dumps(args_list).encode()), len(dumps(kwargs_dict).encode())
+        if args_size + kwargs_size > self.max_payload:
+            field = "kwargs" if kwargs_size >= args_size else "args"
+            raise PayloadTooLarge(
+                field, f"<{args_size + kwargs_size} bytes>", f"payload exceeds max_payload={self.max_payload} bytes"
+            )
         return args_list, kwargs_dict
 
     # -- reading ------------------------------------------------------------------------------
 
     def get(self, task_id: int) -> Task:
-        task = self.store.get_task(task_id)
+        task = self.store.get_task(_task_id(task_id))
         if task is None:
             raise TaskNotFound(task_id)
         return task
@@ -344,9 +361,10 @@ class App:
     def tasks(
         self, *, status: Status | str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Task]:
-        return self.store.list_tasks(
-            status=_enum(Status, "status", status), name=name, limit=_limit(limit), offset=max(0, offset)
-        )
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_INT64:
+            raise InvalidInput("offset", offset, "must be an integer >= 0")
+        status_ = _enum(Status, "status", status)
+        return self.store.list_tasks(status=status_, name=name, limit=_limit(limit), offset=offset)
 
     def executions(
         self, task_id: int | None = None, *, status: ExecutionStatus | str | None = None, limit: int = 100
@@ -366,13 +384,13 @@ class App:
     def cancel(self, task_id: int) -> Task:
         """Cancel a task. A waiting task is CANCELLED now; a running one is asked to stop
         (``ctx.cancelled``) and ends CANCELLED when its run ends."""
-        task = self._require(self.store.cancel(task_id), task_id)
+        task = self._require(self.store.cancel(_task_id(task_id)), task_id)
         if task.status in (Status.COMPLETED, Status.FAILED):
             raise InvalidState(task_id, task.status.value, "cancel")
         return task
 
     def pause(self, task_id: int) -> Task:
-        task = self._require(self.store.pause(task_id), task_id)
+        task = self._require(self.store.pause(_task_id(task_id)), task_id)
         if task.status is not Status.PAUSED:
             raise InvalidState(task_id, task.status.value, "pause")
         return task
@@ -383,7 +401,7 @@ class App:
         ``catch_up=False``, are all skipped now (and recorded as one SKIPPED execution)."""
         for _ in range(RESUME_ATTEMPTS):
             skipping = None if catch_up else self._skipping(self.get(task_id))
-            task = self._require(self.store.resume(task_id, skipping), task_id)
+            task = self._require(self.store.resume(_task_id(task_id), skipping), task_id)
             if task.status is not Status.PAUSED:
                 break  # resumed (or no longer paused): otherwise it changed under us, decide again
         if task.status is not Status.PENDING:
@@ -417,12 +435,12 @@ class App:
         ``ctx.scheduled_for`` is the slot, logged like any run. Slots that already have a
         COMPLETED execution (or a backfill run waiting) are refused. Returns the runs
         scheduled."""
+        first = _moment("start", start)
+        last = _moment("end", end)
         task = self.get(task_id)
         schedule = schedule_of(task)
         if schedule is None:
             raise InvalidInput("task_id", task_id, "only a recurring task can be backfilled")
-        first = require_aware("start", start)
-        last = require_aware("end", end)
         if last < first:
             raise InvalidInput("end", end.isoformat(), "must not be before start")
         if last > self.store.approximate_now():
@@ -460,7 +478,7 @@ class App:
     def trigger(self, task_id: int) -> Task:
         """Run a PENDING task now. A recurring task keeps its schedule: the extra run
         does not consume its next slot."""
-        task = self._require(self.store.trigger(task_id), task_id)
+        task = self._require(self.store.trigger(_task_id(task_id)), task_id)
         # The guard (PENDING) and the read-back share one transaction: a task that is not
         # PENDING now is one the trigger did not apply to.
         if task.status is not Status.PENDING:
@@ -484,9 +502,6 @@ class App:
         from tickwork.worker import Worker
 
         Worker(self, concurrency=concurrency, prefetch=prefetch).run(install_signals=install_signals)
-
-    def definition(self, name: str) -> TaskDef | None:
-        return self.registry.get(name)
 
 
 def first_slot_seed(key: str | None) -> int:
@@ -512,13 +527,33 @@ def _seconds(field: str, value: float | timedelta, *, allow_zero: bool) -> float
 def _positive(field: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InvalidInput(field, value, "must be a positive number")
+    if value > MAX_SPAN_S:
+        raise InvalidInput(field, value, f"must be at most {MAX_SPAN_S:.0f} seconds (100 years)")
     return float(value)
 
 
 def _non_negative(field: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise InvalidInput(field, value, "must be a number >= 0")
+    if value > MAX_SPAN_S:
+        raise InvalidInput(field, value, f"must be at most {MAX_SPAN_S:.0f} seconds (100 years)")
     return float(value)
+
+
+def _task_id(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT64:
+        raise InvalidInput("task_id", value, "must be a positive integer")
+    return value
+
+
+def _moment(field: str, value: datetime) -> datetime:
+    """An aware datetime within the years a schedule can reach."""
+    if not isinstance(value, datetime):
+        raise InvalidInput(field, value, "must be a datetime")
+    moment = require_aware(field, value)
+    if not EARLIEST <= moment <= LATEST:
+        raise InvalidInput(field, moment.isoformat(), f"must be between {EARLIEST.year} and {LATEST.year}")
+    return moment
 
 
 def _optional_positive(field: str, value: float | None) -> float | None:
@@ -528,6 +563,8 @@ def _optional_positive(field: str, value: float | None) -> float | None:
 def _integer(field: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(field, value, "must be an integer")
+    if not -MAX_INT32 <= value <= MAX_INT32:
+        raise InvalidInput(field, value, f"must be between {-MAX_INT32} and {MAX_INT32}")
     return value
 
 

@@ -276,6 +276,7 @@ def upgrade(ctx: click.Context) -> None:
 @main.command()
 @click.option("--db-path", default="tickwork-demo.db", show_default=True, help="SQLite file (recreated).")
 @click.option("--duration", type=float, help="Stop after this many seconds (default: until Ctrl-C).")
+@errors_as_messages
 def demo(db_path: str, duration: float | None) -> None:
     """Run example tasks (one-time, delayed, cron, interval, retried) on a local node."""
     from tickwork.demo import run_demo

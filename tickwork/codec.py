@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from tickwork.errors import InvalidInput
+
+MAX_DEPTH = 100
+"""Deepest nesting accepted in arguments and results (the encoder recurses)."""
 
 
 def dumps(value: Any) -> str:
@@ -55,25 +57,29 @@ def _text_problem(text: str) -> str | None:
 
 
 def _find_problem(path: str, value: Any) -> tuple[str, Any, str] | None:
-    if isinstance(value, str):
-        reason = _text_problem(value)
-        return None if reason is None else (path, value, reason)
-    if value is None or isinstance(value, (bool, int)):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (path, value, "not JSON: NaN and infinities are not allowed")
-    if isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            if (found := _find_problem(f"{path}[{index}]", item)) is not None:
-                return found
-        return None
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return (path, key, "not JSON: object keys must be strings")
-            if (reason := _text_problem(key)) is not None:
-                return (path, key, reason)
-            if (found := _find_problem(f"{path}[{key!r}]", item)) is not None:
-                return found
-        return None
-    return (path, value, f"not JSON-serializable: {type(value).__name__}")
+    """Walk the value without recursion (deep nesting must not crash the caller)."""
+    stack: list[tuple[str, Any, int]] = [(path, value, 0)]
+    while stack:
+        where, item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return (where, "...", f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, str):
+            if (reason := _text_problem(item)) is not None:
+                return (where, item, reason)
+        elif item is None or isinstance(item, (bool, int)):
+            continue
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return (where, item, "not JSON: NaN and infinities are not allowed")
+        elif isinstance(item, (list, tuple)):
+            stack.extend((f"{where}[{i}]", element, depth + 1) for i, element in reversed(list(enumerate(item))))
+        elif isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, str):
+                    return (where, key, "not JSON: object keys must be strings")
+                if (reason := _text_problem(key)) is not None:
+                    return (where, key, reason)
+            stack.extend((f"{where}[{k!r}]", element, depth + 1) for k, element in reversed(list(item.items())))
+        else:
+            return (where, item, f"not JSON-serializable: {type(item).__name__}")
+    return None

@@ -4,7 +4,9 @@ live table of the execution log. It is what ``tickwork demo`` runs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import sqlite3
 import threading
 import time
 from datetime import timedelta
@@ -16,6 +18,7 @@ from rich.table import Table
 
 from tickwork.app import App
 from tickwork.context import Context
+from tickwork.errors import StoreError
 from tickwork.model import Execution, ExecutionStatus, Task
 from tickwork.worker import Worker
 
@@ -92,8 +95,25 @@ def _row(e: Execution, name: str) -> list[str]:
     ]
 
 
+def _refuse_foreign_database(db_path: str) -> None:
+    """The demo starts afresh by deleting its file: never one that holds other work."""
+    path = Path(db_path)
+    if path.is_dir():
+        raise StoreError(f"db_path={db_path!r}: is a directory")
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            (foreign,) = conn.execute("SELECT COUNT(*) FROM tickwork_tasks WHERE name NOT LIKE 'demo.%'").fetchone()
+    except sqlite3.Error as exc:
+        raise StoreError(f"db_path={db_path!r}: exists and is not a tickwork demo database ({exc})") from exc
+    if foreign:
+        raise StoreError(f"db_path={db_path!r}: holds {foreign} tasks that are not the demo's; choose another path")
+
+
 def run_demo(db_path: str, duration: float | None, console: Console) -> int:
     """Start afresh on ``db_path``, run the node and the live table; return runs logged."""
+    _refuse_foreign_database(db_path)
     for suffix in ("", "-wal", "-shm"):
         Path(db_path + suffix).unlink(missing_ok=True)
     app = make_app(f"sqlite:///{db_path}")

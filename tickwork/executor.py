@@ -199,7 +199,11 @@ class Executor:
         problem = json_problem(value)
         if problem is not None:
             return RunResult(ExecutionStatus.COMPLETED, note=f"result not stored: {problem}")
-        if len(dumps(value).encode()) > self.max_result_bytes:
+        try:
+            size = len(dumps(value).encode())
+        except (TypeError, ValueError, RecursionError) as exc:  # a result must never fail its run
+            return RunResult(ExecutionStatus.COMPLETED, note=f"result not stored: {exc}")
+        if size > self.max_result_bytes:
             return RunResult(ExecutionStatus.COMPLETED, note=f"result not stored: over {self.max_result_bytes} bytes")
         return RunResult(ExecutionStatus.COMPLETED, result=value)
 

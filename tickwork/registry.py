@@ -77,6 +77,3 @@ class Registry:
 
     def __iter__(self) -> Iterator[TaskDef]:
         return iter(self._by_name.values())
-
-    def __len__(self) -> int:
-        return len(self._by_name)

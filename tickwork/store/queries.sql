@@ -47,6 +47,12 @@ UPDATE tickwork_tasks
 SET status = 'FAILED', last_status = 'FAILED', lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :id;
 
+-- name: fail_undecodable_run
+UPDATE tickwork_executions
+SET status = 'FAILED', finished_at = :now, error_type = 'UndecodableTask',
+    error_message = 'the stored task could not be read by this version of tickwork'
+WHERE id = :execution_id AND status = 'RUNNING';
+
 -- name: insert_execution
 INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence)
 VALUES (:task_id, :attempt, :scheduled_for, :now, 'RUNNING', :node, :fence)

@@ -243,9 +243,9 @@ class SQLStore:
             return self._task(row)
         except Exception:
             log.exception("task %s cannot be decoded; setting it FAILED", row["id"])
-            s.execute(
-                "fail_undecodable", {"id": row["id"], "now": self.dialect.encode_time(self.dialect.approximate_now())}
-            )
+            now = self.dialect.encode_time(self.dialect.approximate_now())
+            s.execute("fail_undecodable", {"id": row["id"], "now": now})
+            s.execute("fail_undecodable_run", {"execution_id": row["execution_id"], "now": now})
             return None
 
     def renew(self, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
