@@ -17,7 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tickwork.errors import InvalidCron, InvalidInput, InvalidTimezone, TickworkError
-from tickwork.model import ExecutionStatus, Kind, Misfire, Overlap, Status, Task
+from tickwork.model import ExecutionStatus, Kind, Misfire, OnLost, Overlap, Status, Task
 from tickwork.schedules import (
     MAX_RETRY_DELAY,
     CronSchedule,
@@ -133,6 +133,7 @@ def make_task(**overrides: Any) -> Task:
         "overlap": Overlap.SKIP,
         "last_decision": None,
         "parent_id": None,
+        "on_lost": OnLost.RETRY,
     }
     unknown = set(overrides) - set(fields)
     assert not unknown, f"make_task: unknown Task fields {unknown}"

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_for
-from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
+from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Status, Task
 from tickwork.reconciler import reconcile
 from tickwork.schedules import outcome_of
 from tickwork.store import Claim, NewTask, Renewal, Store, open_store
@@ -868,6 +868,19 @@ def test_lost_lease_without_retries_fails_the_one_time_task(store: Store) -> Non
     assert execution(store, c.execution_id).status is ExecutionStatus.FAILED
     assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now())]) == [False]
     assert get(store, task.id).status is Status.FAILED
+
+
+@pytest.mark.parametrize("kind", ["one_time", "recurring"])
+def test_on_lost_fail_ends_the_task_whatever_its_retries(store: Store, kind: str) -> None:
+    make = one_time if kind == "one_time" else recurring
+    task = insert_one(store, make(store, max_retries=5, on_lost=OnLost.FAIL))
+    assert task.on_lost is OnLost.FAIL
+    c = claim_one(store, "node-a", lease=TINY_LEASE)
+    expired_claim_for(store, task.id)
+    assert reconcile(store) == 1
+    assert get(store, task.id).status is Status.FAILED
+    lost = execution(store, c.execution_id)
+    assert lost.status is ExecutionStatus.FAILED and lost.note is not None and "on_lost=fail" in lost.note
 
 
 def test_renewal_before_the_reap_wins(store: Store) -> None:

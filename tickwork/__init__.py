@@ -14,7 +14,7 @@ from tickwork.errors import (
     TickworkError,
     UnknownTask,
 )
-from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Status, Task
+from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Status, Task
 
 __all__ = [
     "App",
@@ -30,6 +30,8 @@ __all__ = [
     "Kind",
     "Misfire",
     "Node",
+    "OnLost",
+    "Overlap",
     "PayloadTooLarge",
     "Status",
     "StoreError",

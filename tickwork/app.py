@@ -19,7 +19,7 @@ from typing import Any, TypeVar, overload
 from tickwork.clock import Clock, utcnow
 from tickwork.codec import check_json, dumps
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
-from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, Overlap, Status, Task
+from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Status, Task
 from tickwork.registry import Registry, TaskOptions
 from tickwork.schedules import (
     CronSchedule,
@@ -134,6 +134,7 @@ class App:
         priority: int = 0,
         max_catchup: int = 100,
         overlap: Overlap | str = Overlap.SKIP,
+        on_lost: OnLost | str = OnLost.RETRY,
     ) -> Callable[[F], F]: ...
 
     def task(  # type: ignore[misc]  # mypy 2.4 rejects this valid overload pair
@@ -151,6 +152,7 @@ class App:
         priority: int = 0,
         max_catchup: int = 100,
         overlap: Overlap | str = Overlap.SKIP,
+        on_lost: OnLost | str = OnLost.RETRY,
     ) -> Any:
         """Register a function as a task; it stays a plain callable.
 
@@ -167,6 +169,7 @@ class App:
             priority=_integer("priority", priority),
             max_catchup=_max_catchup(max_catchup),
             overlap=_overlap(overlap),
+            on_lost=_on_lost(on_lost),
         )
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -329,6 +332,7 @@ class App:
             priority=options.priority if priority is None else _integer("priority", priority),
             max_catchup=options.max_catchup if max_catchup is None else _max_catchup(max_catchup),
             overlap=options.overlap if overlap is None else _overlap(overlap),
+            on_lost=options.on_lost,
         )
 
     def _payload(
@@ -468,6 +472,7 @@ class App:
                 retry_backoff=task.retry_backoff,
                 priority=task.priority,
                 parent_id=task_id,
+                on_lost=task.on_lost,
             )
             for s in slots
         ]
@@ -595,6 +600,13 @@ def _max_catchup(value: int) -> int:
     if _integer("max_catchup", value) < 1:
         raise InvalidInput("max_catchup", value, "must be at least 1")
     return value
+
+
+def _on_lost(value: OnLost | str) -> OnLost:
+    try:
+        return OnLost(value.lower() if isinstance(value, str) else value)
+    except ValueError as exc:
+        raise InvalidInput("on_lost", value, "must be 'retry' or 'fail'") from exc
 
 
 def _overlap(value: Overlap | str) -> Overlap:

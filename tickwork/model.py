@@ -62,6 +62,13 @@ class Overlap(enum.StrEnum):
     REPLACE = "replace"  # cancel the running run, then run the new slot
 
 
+class OnLost(enum.StrEnum):
+    """What becomes of a task whose run was lost with its node."""
+
+    RETRY = "retry"  # a failed attempt: then the retry and recurrence rules
+    FAIL = "fail"  # the task ends FAILED
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ErrorInfo:
     """Why a run failed: exception type, message and formatted traceback."""
@@ -112,6 +119,7 @@ class Task:
     """What the node decided the last time this task's slots were missed."""
     parent_id: int | None = None
     """For a backfill run: the recurring task whose slot it runs."""
+    on_lost: OnLost = OnLost.RETRY
 
     def next_fire_times(self, count: int = 5) -> list[datetime]:
         """The next ``count`` nominal slots, from ``scheduled_at`` on (empty if one-time)."""

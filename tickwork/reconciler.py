@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
-from tickwork.model import ErrorInfo, ExecutionStatus
+from tickwork.model import ErrorInfo, ExecutionStatus, OnLost
 from tickwork.schedules import failed_outcome, outcome_of
 from tickwork.store.base import Outcome, Store
 
@@ -38,7 +38,10 @@ def reconcile(store: Store, node_ttl: float = 90.0) -> int:
             f"lost: node {owner} stopped renewing its lease (expired {claim.task.lease_expires_at})",
         )
         try:
-            outcome = outcome_of(claim, ExecutionStatus.FAILED, now, error=error, note=f"lost by {owner}")
+            if claim.task.on_lost is OnLost.FAIL:
+                outcome = failed_outcome(claim, now, error, note=f"lost by {owner}; on_lost=fail")
+            else:
+                outcome = outcome_of(claim, ExecutionStatus.FAILED, now, error=error, note=f"lost by {owner}")
         except Exception as exc:
             log.exception("task %s: cannot compute its next state; ending it FAILED", claim.task.id)
             outcome = failed_outcome(claim, now, ErrorInfo.from_exception(exc))

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tickwork.errors import InvalidInput, UnknownTask
-from tickwork.model import Misfire, Overlap
+from tickwork.model import Misfire, OnLost, Overlap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +29,7 @@ class TaskOptions:
     priority: int = 0
     max_catchup: int = 100
     overlap: Overlap = Overlap.SKIP
+    on_lost: OnLost = OnLost.RETRY
 
 
 @dataclasses.dataclass(frozen=True)

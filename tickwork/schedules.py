@@ -406,9 +406,12 @@ def skipped_outcome(claim: Claim, decision: Decision, now: datetime) -> Outcome:
     )
 
 
-def failed_outcome(claim: Claim, now: datetime, error: ErrorInfo) -> Outcome:
-    """Ends the task FAILED when its next state cannot be computed (a stored value the
-    policy cannot use): the run is recorded and its slot freed instead of stuck RUNNING."""
+def failed_outcome(
+    claim: Claim, now: datetime, error: ErrorInfo, note: str = "next state could not be computed"
+) -> Outcome:
+    """Ends the task FAILED whatever its retry and recurrence rules: for ``on_lost="fail"``,
+    and when its next state cannot be computed (a stored value the policy cannot use), so
+    that the run is recorded and its slot freed instead of stuck RUNNING."""
     task = claim.task
     return Outcome(
         task_id=task.id,
@@ -422,5 +425,5 @@ def failed_outcome(claim: Claim, now: datetime, error: ErrorInfo) -> Outcome:
         triggered=False,
         finished_at=now,
         error=error,
-        note="next state could not be computed",
+        note=note,
     )

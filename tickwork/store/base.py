@@ -19,7 +19,18 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Overlap, Status, Task
+from tickwork.model import (
+    ErrorInfo,
+    Execution,
+    ExecutionStatus,
+    Kind,
+    Misfire,
+    Node,
+    OnLost,
+    Overlap,
+    Status,
+    Task,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +57,7 @@ class NewTask:
     max_catchup: int = 100
     overlap: Overlap = Overlap.SKIP
     parent_id: int | None = None
+    on_lost: OnLost = OnLost.RETRY
 
 
 @dataclasses.dataclass(frozen=True)

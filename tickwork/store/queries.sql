@@ -7,11 +7,11 @@
 INSERT INTO tickwork_tasks (
     name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
     next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
-    retry_backoff, priority, max_catchup, overlap, parent_id, created_at, updated_at)
+    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, created_at, updated_at)
 VALUES (
     :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval, :scheduled_at,
     :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
-    :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :now, :now)
+    :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :now, :now)
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
 DO NOTHING
 RETURNING *;

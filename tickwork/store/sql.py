@@ -15,7 +15,18 @@ from typing import Any, Protocol, TypeVar
 
 from tickwork.codec import clean_text, json_problem
 from tickwork.errors import InvalidInput
-from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, Overlap, Status, Task
+from tickwork.model import (
+    ErrorInfo,
+    Execution,
+    ExecutionStatus,
+    Kind,
+    Misfire,
+    Node,
+    OnLost,
+    Overlap,
+    Status,
+    Task,
+)
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 
 log = logging.getLogger("tickwork.store")
@@ -86,6 +97,7 @@ _STATUSES = {m.value: m for m in Status}
 _MISFIRES = {m.value: m for m in Misfire}
 _EXECUTION_STATUSES = {m.value: m for m in ExecutionStatus}
 _OVERLAPS = {m.value: m for m in Overlap}
+_ON_LOST = {m.value: m for m in OnLost}
 
 
 def _member(members: dict[str, E], value: str) -> E:
@@ -159,6 +171,7 @@ class SQLStore:
                 "max_catchup": new.max_catchup,
                 "overlap": new.overlap.value,
                 "parent_id": new.parent_id,
+                "on_lost": new.on_lost.value,
                 "now": now,
             }
             for new in tasks
@@ -553,6 +566,7 @@ class SQLStore:
             overlap=_member(_OVERLAPS, r["overlap"]),
             last_decision=r["last_decision"],
             parent_id=r["parent_id"],
+            on_lost=_member(_ON_LOST, r["on_lost"]),
         )
 
     def _execution(self, r: Row) -> Execution:

@@ -1,0 +1,3 @@
+-- What the reconciler does with a run whose node vanished: 'retry' (a failed attempt,
+-- then the retry and recurrence rules) or 'fail' (the task ends FAILED).
+ALTER TABLE tickwork_tasks ADD COLUMN on_lost TEXT NOT NULL DEFAULT 'retry';
