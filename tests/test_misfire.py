@@ -136,12 +136,16 @@ def test_a_triggered_run_is_never_a_misfire() -> None:
 # -- real nodes ---------------------------------------------------------------------------
 
 
-def four_missed_half_hours(now: datetime) -> tuple[datetime, list[datetime]]:
-    """An ``at`` two hours back whose 30-minute slots up to now are four, all missed
-    (the newest one is more than the 60 s grace, plus a margin, in the past)."""
-    newest = now.replace(minute=30 if now.minute >= 30 else 0, second=0, microsecond=0)
-    if now - newest < timedelta(seconds=90):
-        newest -= timedelta(minutes=30)
+def half_hour_floor(moment: datetime) -> datetime:
+    return moment.replace(minute=30 if moment.minute >= 30 else 0, second=0, microsecond=0)
+
+
+def four_missed_half_hours() -> tuple[datetime, list[datetime]]:
+    """An ``at`` two hours back whose four 30-minute slots up to now are all missed by
+    more than the test's 5 s grace, while the next slot is still over 30 s away (near a
+    half hour, wait until the clock is clear of it)."""
+    wait_for(lambda: 10 <= (datetime.now(UTC) - half_hour_floor(datetime.now(UTC))).total_seconds() <= 1770, 40)
+    newest = half_hour_floor(datetime.now(UTC))
     slots = [newest - timedelta(minutes=30 * i) for i in (3, 2, 1, 0)]
     return slots[0] - timedelta(minutes=1), slots
 
@@ -153,8 +157,8 @@ def four_missed_half_hours(now: datetime) -> tuple[datetime, list[datetime]]:
 def test_a_node_back_after_two_hours_applies_the_policy(
     client: App, fleet: Fleet, records: Path, policy: Misfire, runs: list[int]
 ) -> None:
-    at, slots = four_missed_half_hours(datetime.now(UTC))
-    task = client.schedule("test.record", cron="*/30 * * * *", at=at, misfire=policy)
+    at, slots = four_missed_half_hours()
+    task = client.schedule("test.record", cron="*/30 * * * *", at=at, misfire=policy, misfire_grace=5)
     assert task.scheduled_at == slots[0]  # every node was down since then
     node = fleet.start()
     upcoming = slots[-1] + timedelta(minutes=30)

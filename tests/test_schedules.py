@@ -134,6 +134,7 @@ def make_task(**overrides: Any) -> Task:
         "last_decision": None,
         "parent_id": None,
         "on_lost": OnLost.RETRY,
+        "cancel_run_only": False,
     }
     unknown = set(overrides) - set(fields)
     assert not unknown, f"make_task: unknown Task fields {unknown}"

@@ -1290,3 +1290,23 @@ def test_claimed_since_finds_this_nodes_recent_claims_only(store: Store) -> None
         early.execution_id,
         late.execution_id,
     }
+
+
+def test_cancel_run_only_is_spent_by_the_run_and_a_full_cancel_overrides_it(store: Store) -> None:
+    task = insert_one(store, recurring(store, interval=3600.0, misfire_grace=1e6))
+    assert store.cancel(task.id, run_only=True) == get(store, task.id)  # not running: unchanged
+    c = claim_one(store)
+    requested = store.cancel(task.id, run_only=True)
+    assert requested is not None and requested.cancel_requested and requested.cancel_run_only
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) == [Renewal(task.id, c.fence, True, True)]
+    # the node finished before it saw the request: the run stands, the schedule goes on
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    after = get(store, task.id)
+    assert after.status is Status.PENDING and not after.cancel_requested and not after.cancel_run_only
+    # a full cancel after a run-only one cancels the task
+    assert store.trigger(task.id) is not None  # the next slot is an hour away: run it now
+    c2 = claim_one(store)
+    store.cancel(task.id, run_only=True)
+    store.cancel(task.id)
+    assert store.finish("node-a", [outcome_of(c2, ExecutionStatus.CANCELLED, store.now())]) == [True]
+    assert get(store, task.id).status is Status.CANCELLED

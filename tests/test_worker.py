@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from tests.conftest import wait_for
-from tickwork import App, Context, ExecutionStatus, Status
+from tickwork import App, Context, ExecutionStatus, InvalidState, Status
 from tickwork.worker import Worker
 
 
@@ -505,3 +505,34 @@ def test_a_one_time_task_with_skip_that_missed_its_grace_ends_failed_with_a_reco
     [record] = app.executions(skipping.id)
     assert record.status is ExecutionStatus.SKIPPED and record.skipped == 1 and record.scheduled_for == start
     app.close()
+
+
+@pytest.mark.parametrize("name", ["t.cooperative_tick", "t.async_tick"])
+def test_cancel_run_only_stops_the_current_run_and_keeps_the_schedule(app: App, name: str) -> None:
+    started = threading.Event()
+
+    @app.task(name="t.cooperative_tick")
+    def cooperative_tick(ctx: Context) -> None:
+        started.set()
+        while not ctx.cancelled:
+            time.sleep(0.01)
+
+    @app.task(name="t.async_tick")
+    async def async_tick(ctx: Context) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    task = app.schedule(name, every=3600, at=app.store.now())
+    with pytest.raises(InvalidState, match="cancel the current run of"):
+        app.cancel(task.id, run_only=True)  # nothing is running yet
+    node = Node(app)
+    assert started.wait(10)
+    wait_for(lambda: app.get(task.id).status is Status.RUNNING)
+    assert app.cancel(task.id, run_only=True).status is Status.RUNNING
+    wait_for(lambda: app.get(task.id).status is Status.PENDING)
+    node.stop()
+    after = app.get(task.id)
+    assert after.scheduled_at == task.scheduled_at + timedelta(hours=1)  # the schedule goes on
+    assert not after.cancel_requested and not after.cancel_run_only
+    [run] = app.executions(task.id)
+    assert run.status is ExecutionStatus.CANCELLED and run.note is not None and "schedule goes on" in run.note

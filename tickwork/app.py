@@ -385,10 +385,14 @@ class App:
 
     # -- managing ---------------------------------------------------------------------------------
 
-    def cancel(self, task_id: int) -> Task:
+    def cancel(self, task_id: int, *, run_only: bool = False) -> Task:
         """Cancel a task. A waiting task is CANCELLED now; a running one is asked to stop
-        (``ctx.cancelled``) and ends CANCELLED when its run ends."""
-        task = self._require(self.store.cancel(_task_id(task_id)), task_id)
+        (``ctx.cancelled``, or ``asyncio`` cancellation) and ends CANCELLED when its run
+        ends. With ``run_only=True``, only the current run of a running recurring task is
+        stopped; the task goes on to its next slot."""
+        task = self._require(self.store.cancel(_task_id(task_id), run_only=run_only), task_id)
+        if run_only and not (task.status is Status.RUNNING and task.cancel_requested):
+            raise InvalidState(task_id, f"{task.status.value} {task.kind.value}", "cancel the current run of")
         if task.status in (Status.COMPLETED, Status.FAILED):
             raise InvalidState(task_id, task.status.value, "cancel")
         return task

@@ -180,11 +180,12 @@ def tasks_show(ctx: click.Context, task_id: int) -> None:
 
 @tasks.command("cancel")
 @click.argument("task_id", type=int)
+@click.option("--run-only", is_flag=True, help="Stop only the current run of a recurring task.")
 @click.pass_context
 @errors_as_messages
-def tasks_cancel(ctx: click.Context, task_id: int) -> None:
+def tasks_cancel(ctx: click.Context, task_id: int, run_only: bool) -> None:
     """Cancel a task (a running one is asked to stop)."""
-    task = client(ctx).cancel(task_id)
+    task = client(ctx).cancel(task_id, run_only=run_only)
     running = task.status is Status.RUNNING
     console.print(f"task {task.id}: {'cancel requested (running)' if running else task.status.value}")
 

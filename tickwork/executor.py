@@ -36,6 +36,7 @@ class CancelReason(enum.StrEnum):
     LOST = "lost"
     SHUTDOWN = "shutdown"
     REPLACED = "replaced"  # overlap="replace": the task's next slot came due
+    CANCEL_RUN = "cancel_run"  # cancel(run_only=True): this run, not the task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +188,8 @@ class Executor:
             return RunResult(ExecutionStatus.CANCELLED, error, note="cancelled on request")
         if reason is CancelReason.REPLACED:
             return RunResult(ExecutionStatus.CANCELLED, error, note="replaced: the next slot came due")
+        if reason is CancelReason.CANCEL_RUN:
+            return RunResult(ExecutionStatus.CANCELLED, error, note="run cancelled on request; the schedule goes on")
         message = {
             CancelReason.LOST: "lease lost: the run was stopped because this node no longer owns it",
             CancelReason.SHUTDOWN: "interrupted: the node shut down before the run finished",

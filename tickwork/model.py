@@ -120,6 +120,8 @@ class Task:
     parent_id: int | None = None
     """For a backfill run: the recurring task whose slot it runs."""
     on_lost: OnLost = OnLost.RETRY
+    cancel_run_only: bool = False
+    """The requested cancel is for the current run only (``cancel(id, run_only=True)``)."""
 
     def next_fire_times(self, count: int = 5) -> list[datetime]:
         """The next ``count`` nominal slots, from ``scheduled_at`` on (empty if one-time)."""

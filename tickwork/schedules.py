@@ -235,10 +235,13 @@ def settle(
     on the same slot with exponential backoff while attempts remain; a RECURRING task
     then moves to its next slot whatever happened, a ONE_TIME task ends.
     """
-    if replaced and not task.cancel_requested:  # overlap="replace": on to the slot that came due
+    cancels_task = task.cancel_requested and not task.cancel_run_only
+    # overlap="replace" or cancel(run_only=True): this run ends, the schedule goes on.
+    replaced = replaced or (task.cancel_requested and task.cancel_run_only and task.kind is Kind.RECURRING)
+    if replaced and not cancels_task:
         slot = next_slot(task, now)
         return Settlement(Status.PENDING, slot, slot + jitter_offset(task.id, slot, task.jitter), 0, False)
-    if task.cancel_requested or outcome is ExecutionStatus.CANCELLED:
+    if cancels_task or outcome is ExecutionStatus.CANCELLED:
         return Settlement(Status.CANCELLED, task.scheduled_at, task.next_run_at, task.attempt, task.triggered)
     if interrupted:
         return Settlement(Status.PENDING, task.scheduled_at, now, task.attempt - 1, task.triggered)

@@ -344,7 +344,8 @@ class Worker:
         try:
             outcome = outcome_of(
                 run.claim, result.status, now, error=result.error, result=result.result, note=result.note,
-                interrupted=interrupted, replaced=run.cancel_reason is CancelReason.REPLACED,
+                interrupted=interrupted,
+                replaced=run.cancel_reason in (CancelReason.REPLACED, CancelReason.CANCEL_RUN),
                 started_at=run.started_at,
             )  # fmt: skip
         except Exception as exc:
@@ -409,7 +410,7 @@ class Worker:
                 continue
             run.renewed_at = asked
             if renewal.cancel_requested:
-                run.request_cancel(CancelReason.CANCEL)
+                run.request_cancel(CancelReason.CANCEL_RUN if renewal.run_only else CancelReason.CANCEL)
 
     def _cancel_unrenewed(self, runs: list[Run]) -> None:
         limit = self.app.lease * LEASE_SAFETY
@@ -426,7 +427,7 @@ class Worker:
             return False
         run.renewed_at = asked
         if renewals[0].cancel_requested:
-            run.request_cancel(CancelReason.CANCEL)
+            run.request_cancel(CancelReason.CANCEL_RUN if renewals[0].run_only else CancelReason.CANCEL)
         return True
 
     def _enforce_timeouts(self) -> float | None:

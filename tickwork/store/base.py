@@ -120,6 +120,8 @@ class Renewal:
     task_id: int
     fence: int
     cancel_requested: bool
+    run_only: bool = False
+    """The cancel is for the current run only: the task's schedule goes on."""
 
 
 class Store(Protocol):
@@ -209,10 +211,12 @@ class Store(Protocol):
         """Executions, newest first."""
         ...
 
-    def cancel(self, task_id: int) -> Task | None:
+    def cancel(self, task_id: int, *, run_only: bool = False) -> Task | None:
         """PENDING or PAUSED → CANCELLED; RUNNING → ``cancel_requested`` (the run ends
-        CANCELLED). Returns the task, or None if it does not exist; a terminal task is
-        returned unchanged."""
+        CANCELLED, and the task with it). With ``run_only``, only the current run of a
+        RUNNING recurring task is asked to stop; the task then goes on to its next slot.
+        Returns the task, or None if it does not exist; a task the request does not
+        apply to is returned unchanged."""
         ...
 
     def pause(self, task_id: int) -> Task | None:

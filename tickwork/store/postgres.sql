@@ -103,7 +103,8 @@ WITH o AS (
         result jsonb, note text, skipped int, skipped_last timestamptz, decision text)
 ), settled AS (
     UPDATE tickwork_tasks t
-    SET status = CASE WHEN t.cancel_requested THEN 'CANCELLED' ELSE o.task_status END,
+    SET status = CASE WHEN t.cancel_requested AND NOT t.cancel_run_only THEN 'CANCELLED' ELSE o.task_status END,
+        cancel_requested = t.cancel_requested AND NOT t.cancel_run_only, cancel_run_only = FALSE,
         scheduled_at = o.scheduled_at, next_run_at = o.next_run_at, attempt = o.attempt,
         triggered = o.triggered, last_status = o.status,
         run_count = t.run_count + CASE WHEN o.status = 'SKIPPED' THEN 0 ELSE 1 END,
@@ -129,4 +130,4 @@ SELECT id FROM settled;
 UPDATE tickwork_tasks t SET lease_expires_at = clock_timestamp() + make_interval(secs => :lease)
 FROM unnest(:ids::bigint[], :fences::bigint[]) AS r(id, fence)
 WHERE t.id = r.id AND t.version = r.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
-RETURNING t.id, t.version, t.cancel_requested;
+RETURNING t.id, t.version, t.cancel_requested, t.cancel_run_only;

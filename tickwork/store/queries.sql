@@ -61,15 +61,17 @@ RETURNING id;
 -- name: renew_lease
 UPDATE tickwork_tasks SET lease_expires_at = :lease_until
 WHERE id = :id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
-RETURNING id, cancel_requested;
+RETURNING id, cancel_requested, cancel_run_only;
 
 -- name: settle_task
 -- Apply the policy's decision for an ended run. The reconciler (:reaping) writes only
 -- while the lease is still expired, so that a renewal landing first wins.
 -- A cancel requested while the run was going wins over the decision, even one made
--- from a snapshot taken before the request.
+-- from a snapshot taken before the request; a cancel of the run only is spent by it.
 UPDATE tickwork_tasks
-SET status = CASE WHEN cancel_requested THEN 'CANCELLED' ELSE :task_status END, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
+SET status = CASE WHEN cancel_requested AND NOT cancel_run_only THEN 'CANCELLED' ELSE :task_status END,
+    cancel_requested = cancel_requested AND NOT cancel_run_only, cancel_run_only = FALSE,
+    scheduled_at = :scheduled_at, next_run_at = :next_run_at,
     attempt = :attempt, triggered = :triggered,
     run_count = run_count + CASE WHEN :status = 'SKIPPED' THEN 0 ELSE 1 END,
     last_status = :status, last_decision = COALESCE(:decision, last_decision),
@@ -89,7 +91,8 @@ WHERE id = :execution_id AND status = 'RUNNING';
 -- name: release_task
 -- Give back a claim that never started: the attempt did not happen.
 UPDATE tickwork_tasks
-SET status = CASE WHEN cancel_requested THEN 'CANCELLED' ELSE 'PENDING' END,
+SET status = CASE WHEN cancel_requested AND NOT cancel_run_only THEN 'CANCELLED' ELSE 'PENDING' END,
+    cancel_requested = cancel_requested AND NOT cancel_run_only, cancel_run_only = FALSE,
     attempt = attempt - 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
 RETURNING id;
@@ -133,11 +136,17 @@ LIMIT :limit;
 -- name: cancel_task
 -- A waiting task ends now; a running one is flagged and ends when its run does.
 UPDATE tickwork_tasks
-SET cancel_requested = TRUE,
+SET cancel_requested = TRUE, cancel_run_only = FALSE,
     status = CASE WHEN status = 'RUNNING' THEN 'RUNNING' ELSE 'CANCELLED' END,
     version = CASE WHEN status = 'RUNNING' THEN version ELSE version + 1 END,
     updated_at = :now
 WHERE id = :id AND status IN ('PENDING', 'PAUSED', 'RUNNING')
+RETURNING *;
+
+-- name: cancel_run
+-- Stop the current run of a running recurring task; its schedule goes on.
+UPDATE tickwork_tasks SET cancel_requested = TRUE, cancel_run_only = TRUE, updated_at = :now
+WHERE id = :id AND status = 'RUNNING' AND kind = 'RECURRING' AND NOT (cancel_requested AND NOT cancel_run_only)
 RETURNING *;
 
 -- name: pause_task

@@ -272,7 +272,10 @@ class SQLStore:
                     "renew_batch",
                     {"ids": [r[0] for r in runs], "fences": [r[1] for r in runs], "node": node, "lease": lease},
                 )
-            return [Renewal(int(r["id"]), int(r["version"]), bool(r["cancel_requested"])) for r in rows]
+            return [
+                Renewal(int(r["id"]), int(r["version"]), bool(r["cancel_requested"]), bool(r["cancel_run_only"]))
+                for r in rows
+            ]
         with d.transaction() as s:
             now = d.approximate_now()
             until = d.encode_time(now + timedelta(seconds=lease))
@@ -282,7 +285,7 @@ class SQLStore:
             ]
             results = s.fetch_many("renew_lease", params)
         return [
-            Renewal(task_id, fence, bool(rows[0]["cancel_requested"]))
+            Renewal(task_id, fence, bool(rows[0]["cancel_requested"]), bool(rows[0]["cancel_run_only"]))
             for (task_id, fence), rows in zip(runs, results, strict=True)
             if rows
         ]
@@ -419,9 +422,9 @@ class SQLStore:
         with self.dialect.reader() as s:
             return [self._execution(r) for r in s.fetch_all("list_executions", params)]
 
-    def cancel(self, task_id: int) -> Task | None:
+    def cancel(self, task_id: int, *, run_only: bool = False) -> Task | None:
         # A running node learns of the request at once through "cancel", or at its next heartbeat.
-        return self._change("cancel_task", task_id, notify="cancel")
+        return self._change("cancel_run" if run_only else "cancel_task", task_id, notify="cancel")
 
     def pause(self, task_id: int) -> Task | None:
         return self._change("pause_task", task_id)
@@ -556,6 +559,7 @@ class SQLStore:
             lease_owner=r["lease_owner"],
             lease_expires_at=d.decode_time(r["lease_expires_at"]),
             cancel_requested=bool(r["cancel_requested"]),
+            cancel_run_only=bool(r["cancel_run_only"]),
             triggered=bool(r["triggered"]),
             attempt=int(r["attempt"]),
             run_count=int(r["run_count"]),
