@@ -272,21 +272,23 @@ def outcome_of(
 ) -> Outcome:
     """The fenced write that records a run that ended at ``now`` and applies ``settle``'s decision."""
     s = settle(claim.task, status, now, interrupted=interrupted, replaced=replaced)
+    return _outcome(claim, status, s, now, error=error, result=result, note=note, started_at=started_at)
+
+
+def _outcome(claim: Claim, status: ExecutionStatus, then: Settlement, now: datetime, **details: Any) -> Outcome:
+    """The one shape of every fenced write about an ended (or skipped) run."""
     return Outcome(
         task_id=claim.task.id,
         fence=claim.fence,
         execution_id=claim.execution_id,
         status=status,
-        task_status=s.status,
-        scheduled_at=s.scheduled_at,
-        next_run_at=s.next_run_at,
-        attempt=s.attempt,
-        triggered=s.triggered,
+        task_status=then.status,
+        scheduled_at=then.scheduled_at,
+        next_run_at=then.next_run_at,
+        attempt=then.attempt,
+        triggered=then.triggered,
         finished_at=now,
-        error=error,
-        result=result,
-        note=note,
-        started_at=started_at,
+        **details,
     )
 
 
@@ -389,24 +391,17 @@ def skipped_outcome(claim: Claim, decision: Decision, now: datetime) -> Outcome:
     execution row becomes the SKIPPED record, the task moves to ``decision.next_slot``
     (or ends FAILED, for a one-time task), and no attempt is used up."""
     task = claim.task
-    final = task.kind is Kind.ONE_TIME
-    then = decision.next_slot
-    return Outcome(
-        task_id=task.id,
-        fence=claim.fence,
-        execution_id=claim.execution_id,
-        status=ExecutionStatus.SKIPPED,
-        task_status=Status.FAILED if final else Status.PENDING,
-        scheduled_at=then,
-        next_run_at=then if final else then + jitter_offset(task.id, then, task.jitter),
-        attempt=task.attempt - 1,
-        triggered=False,
-        finished_at=now,
-        note=decision.text,
-        skipped=decision.skipped,
-        skipped_last=decision.skipped_last,
-        decision=decision.text,
-    )
+    slot = decision.next_slot
+    if task.kind is Kind.ONE_TIME:
+        then = Settlement(Status.FAILED, slot, slot, task.attempt - 1, False)
+    else:
+        then = Settlement(
+            Status.PENDING, slot, slot + jitter_offset(task.id, slot, task.jitter), task.attempt - 1, False
+        )
+    return _outcome(
+        claim, ExecutionStatus.SKIPPED, then, now, note=decision.text, skipped=decision.skipped,
+        skipped_last=decision.skipped_last, decision=decision.text,
+    )  # fmt: skip
 
 
 def failed_outcome(
@@ -416,17 +411,5 @@ def failed_outcome(
     and when its next state cannot be computed (a stored value the policy cannot use), so
     that the run is recorded and its slot freed instead of stuck RUNNING."""
     task = claim.task
-    return Outcome(
-        task_id=task.id,
-        fence=claim.fence,
-        execution_id=claim.execution_id,
-        status=ExecutionStatus.FAILED,
-        task_status=Status.FAILED,
-        scheduled_at=task.scheduled_at,
-        next_run_at=task.next_run_at,
-        attempt=task.attempt,
-        triggered=False,
-        finished_at=now,
-        error=error,
-        note=note,
-    )
+    then = Settlement(Status.FAILED, task.scheduled_at, task.next_run_at, task.attempt, False)
+    return _outcome(claim, ExecutionStatus.FAILED, then, now, error=error, note=note)
