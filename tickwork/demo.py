@@ -71,8 +71,10 @@ def schedule_examples(app: App) -> list[Task]:
 
 def executions_table(app: App, names: dict[int, str], limit: int = 15) -> Table:
     table = Table(title="tickwork demo — latest executions (Ctrl-C to stop)", expand=False)
-    for column in ("run", "task", "try", "scheduled", "took", "status", "result / error"):
-        table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=44)
+    # Fixed columns keep their width; the result takes what is left of the terminal.
+    for column, width in (("task (try)", 24), ("scheduled", 8), ("took", 7), ("status", 9)):
+        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=width, max_width=width)
+    table.add_column("result / error", no_wrap=True, overflow="ellipsis", ratio=1)
     for e in app.executions(limit=limit):
         table.add_row(*_row(e, names.get(e.task_id, str(e.task_id))))
     return table
@@ -85,9 +87,7 @@ def _row(e: Execution, name: str) -> list[str]:
     detail = f"{e.error.type}: {e.error.message}" if e.error else ("" if e.result is None else str(e.result))
     style = STATUS_STYLE.get(e.status, "")
     return [
-        str(e.id),
-        f"{name} #{e.task_id}",
-        str(e.attempt),
+        f"{name.removeprefix('demo.')} ({e.attempt})",
         f"{e.scheduled_for:%H:%M:%S}",
         took,
         f"[{style}]{e.status.value}[/]",
