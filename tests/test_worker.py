@@ -324,7 +324,7 @@ def test_a_written_run_never_removes_a_newer_run_of_the_same_task(app: App) -> N
     old_run = Run(first, definition)
     newer = Run(dataclasses.replace(first, execution_id=first.execution_id + 1000), definition)
     worker._runs[newer.execution_id] = newer
-    worker._written([old_run])  # the earlier run's result landed after the task was re-claimed
+    worker._forget([old_run])  # the earlier run's result landed after the task was re-claimed
     assert worker._runs == {newer.execution_id: newer}
     worker._pool.shutdown()
     assert task.id == newer.task_id

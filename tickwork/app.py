@@ -19,6 +19,7 @@ from typing import Any, TypeVar, overload
 from tickwork.clock import Clock, utcnow
 from tickwork.codec import check_json, dumps
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
+from tickwork.events import Events, Hook
 from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Status, Task
 from tickwork.registry import Registry, TaskOptions
 from tickwork.schedules import (
@@ -62,6 +63,8 @@ class App:
         shutdown_grace: float = 30.0,
         claim: str | None = None,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
+        webhook_url: str | None = None,
+        webhook_secret: str | None = None,
         clock: Clock = utcnow,
     ) -> None:
         if url is not None and (not isinstance(url, str) or not url):
@@ -85,6 +88,7 @@ class App:
         self.max_payload = max_payload
         self.clock = clock
         self.registry = Registry()
+        self.events = Events(webhook_url, webhook_secret)
         self.wakeup = threading.Event()
         """Set when this process schedules or triggers something, to wake a local node."""
         self._store: Store | None = None
@@ -109,7 +113,15 @@ class App:
                 self._store, self._opened_url = store, url
             return self._store
 
+    def on(self, event: str) -> Callable[[Hook], Hook]:
+        """Register a hook for an event (see ``events.EVENTS``): ``@app.on("execution_failed")``.
+
+        Hooks run on the node that recorded the event, after the write, on a thread of
+        their own; one that raises is logged and never breaks the node."""
+        return self.events.on(event)
+
     def close(self) -> None:
+        self.events.close()
         with self._store_lock:
             if self._store is not None:
                 self._store.close()

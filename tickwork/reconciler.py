@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
+from tickwork.events import Events, for_outcome
 from tickwork.model import ErrorInfo, ExecutionStatus, OnLost
 from tickwork.schedules import failed_outcome, outcome_of
 from tickwork.store.base import Outcome, Store
@@ -20,7 +21,7 @@ log = logging.getLogger("tickwork.reconciler")
 BATCH = 100
 
 
-def reconcile(store: Store, node_ttl: float = 90.0) -> int:
+def reconcile(store: Store, node_ttl: float = 90.0, events: Events | None = None) -> int:
     """Recover one batch of expired runs and forget nodes silent for ``node_ttl``
     seconds; return how many runs this call recovered."""
     pruned = store.prune_nodes(node_ttl)
@@ -46,6 +47,7 @@ def reconcile(store: Store, node_ttl: float = 90.0) -> int:
             log.exception("task %s: cannot compute its next state; ending it FAILED", claim.task.id)
             outcome = failed_outcome(claim, now, ErrorInfo.from_exception(exc))
         by_owner[owner].append(outcome)
+    claims = {claim.task.id: claim for claim in expired}
     recovered = 0
     for owner, outcomes in by_owner.items():
         applied = store.reap(owner, outcomes)
@@ -53,4 +55,7 @@ def reconcile(store: Store, node_ttl: float = 90.0) -> int:
         for outcome, ok in zip(outcomes, applied, strict=True):
             if ok:
                 log.warning("task %s: run lost by node %s, marked FAILED", outcome.task_id, owner)
+                if events is not None:
+                    for event, payload in for_outcome(claims[outcome.task_id], outcome, owner, lost=True):
+                        events.emit(event, payload)
     return recovered

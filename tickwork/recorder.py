@@ -31,7 +31,12 @@ T = TypeVar("T")
 
 class Recorder(Generic[T]):
     def __init__(
-        self, store: Store, node_id: str, on_written: Callable[[list[T]], None], *, linger: float = 0.0
+        self,
+        store: Store,
+        node_id: str,
+        on_written: Callable[[list[tuple[T, Outcome, bool | None]]], None],
+        *,
+        linger: float = 0.0,
     ) -> None:
         self.store = store
         self.node_id = node_id
@@ -89,7 +94,7 @@ class Recorder(Generic[T]):
             if ok is False:
                 self.stale += 1
                 log.warning("task %s: result of fence %s was stale and dropped", outcome.task_id, outcome.fence)
-        self.on_written([item for item, _ in batch])
+        self.on_written([(item, outcome, ok) for (item, outcome), ok in zip(batch, applied, strict=True)])
 
     def _finish_scrubbed(self, outcome: Outcome, exc: BaseException) -> bool | None:
         """An outcome the store refuses whatever the retries (a value it cannot hold):

@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING
 
 from tickwork.clock import utcnow
 from tickwork.context import Context
+from tickwork.events import for_outcome
 from tickwork.executor import CancelReason, Executor, Run, RunResult
 from tickwork.model import ErrorInfo, ExecutionStatus, Node, Overlap
 from tickwork.reconciler import reconcile
 from tickwork.recorder import Recorder
 from tickwork.schedules import decide, failed_outcome, outcome_of, schedule_of, skipped_outcome
-from tickwork.store.base import Claim, Renewal
+from tickwork.store.base import Claim, Outcome, Renewal
 
 if TYPE_CHECKING:
     from tickwork.app import App
@@ -328,7 +329,7 @@ class Worker:
         else now: forget it, write nothing. One cancelled on request is recorded so."""
         if run.cancel_reason is CancelReason.LOST:
             log.warning("task %s: lease lost before the run started; not running it", run.task_id)
-            self._written([run])
+            self._forget([run])
             return
         log.info("task %s: %s before the run started", run.task_id, run.cancel_reason)
         self._record(run, self.executor.cancelled(run))
@@ -354,8 +355,16 @@ class Worker:
         run.finished = True
         self._recorder.submit(run, outcome)
 
-    def _written(self, runs: list[Run]) -> None:
-        """Results are in the store: free the runs' slots and let the poll loop claim."""
+    def _written(self, results: list[tuple[Run, Outcome, bool | None]]) -> None:
+        """Results are in the store: free the runs' slots, let the poll loop claim, and
+        tell the hooks and the webhook what was recorded."""
+        self._forget([run for run, _, _ in results])
+        for run, outcome, applied in results:
+            if applied:
+                for event, payload in for_outcome(run.claim, outcome, self.node_id):
+                    self.app.events.emit(event, payload)
+
+    def _forget(self, runs: list[Run]) -> None:
         with self._runs_changed:
             for run in runs:
                 self._runs.pop(run.execution_id, None)
@@ -454,7 +463,7 @@ class Worker:
         """Zombie recovery, on its own thread so that a slow pass never delays renewals."""
         while not self._monitor_stop.is_set():
             try:
-                reconcile(self.store, node_ttl=max(NODE_TTL_FLOOR_S, 3 * self.app.lease))
+                reconcile(self.store, node_ttl=max(NODE_TTL_FLOOR_S, 3 * self.app.lease), events=self.app.events)
             except Exception:
                 log.warning("reconciler pass failed", exc_info=True)
             self._monitor_stop.wait(self.app.heartbeat)
@@ -468,6 +477,7 @@ class Worker:
         self._drain(self.app.shutdown_grace)
         self._interrupt_remaining()
         self._recorder.stop()
+        self.app.events.close()  # deliver what the last writes announced
         self._monitor_stop.set()
         self._monitor_wake.set()
         if self._monitor is not None:

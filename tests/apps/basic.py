@@ -19,6 +19,8 @@ app = App(
     poll_interval=float(os.environ.get("TICKWORK_TEST_POLL", "0.2")),
     shutdown_grace=float(os.environ.get("TICKWORK_TEST_GRACE", "10")),
     claim=os.environ.get("TICKWORK_TEST_CLAIM") or None,
+    webhook_url=os.environ.get("TICKWORK_TEST_WEBHOOK") or None,
+    webhook_secret=os.environ.get("TICKWORK_TEST_WEBHOOK_SECRET") or None,
 )
 
 
