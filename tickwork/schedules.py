@@ -9,6 +9,7 @@ timezone-aware UTC datetimes; cron is evaluated in the task's zone and converted
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 from collections.abc import Iterator
@@ -177,10 +178,17 @@ def first_slot_from(schedule: Schedule, anchor: datetime, start: datetime) -> da
 
 def schedule_of(task: Task) -> Schedule | None:
     if task.cron is not None:
-        return CronSchedule(task.cron, task.timezone)
+        return _cron_schedule(task.cron, task.timezone)
     if task.interval is not None:
         return IntervalSchedule(task.interval)
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _cron_schedule(expression: str, timezone: str) -> CronSchedule:
+    """Stored expressions were validated when scheduled: every settle of a recurring run
+    asks for its schedule, so parse and check each (expression, zone) once per process."""
+    return CronSchedule(expression, timezone)
 
 
 def fire_times(schedule: Schedule, after: datetime, count: int) -> Iterator[datetime]:
