@@ -135,6 +135,7 @@ def make_task(**overrides: Any) -> Task:
         "parent_id": None,
         "on_lost": OnLost.RETRY,
         "cancel_run_only": False,
+        "max_runtime": None,
     }
     unknown = set(overrides) - set(fields)
     assert not unknown, f"make_task: unknown Task fields {unknown}"

@@ -800,6 +800,19 @@ def test_cancel_requested_during_a_run_is_not_lost_by_finish(store: Store, kind:
     assert store.claim("node-a", [NAME], 5, LEASE) == []
 
 
+def test_a_cancel_too_late_for_a_completed_one_time_run_leaves_it_completed(store: Store) -> None:
+    """The run did its work before the node heard of the cancel: the task is COMPLETED,
+    matching its one COMPLETED execution, never CANCELLED over a completed run."""
+    task = insert_one(store, one_time(store))
+    c = claim_one(store)
+    requested = store.cancel(task.id)
+    assert requested is not None and requested.cancel_requested
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.COMPLETED, store.now(), error=None)]) == [True]
+    after = get(store, task.id)
+    assert (after.status, after.cancel_requested) == (Status.COMPLETED, False)
+    assert execution(store, c.execution_id).status is ExecutionStatus.COMPLETED
+
+
 # -- fencing race: lost lease, reap, late result ------------------------------------------------------
 
 

@@ -15,7 +15,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class WorkerProcess:
-    def __init__(self, db_url: str, records: Path, *, concurrency: int = 4, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        db_url: str,
+        records: Path,
+        *,
+        concurrency: int = 4,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ):
+        self.options = ("-c", str(concurrency), *args)
         self.log = records.parent / f"worker-{id(self)}.log"
         self._log_file = self.log.open("wb")
         full_env = {
@@ -25,7 +34,7 @@ class WorkerProcess:
             **(env or {}),
         }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tickwork.cli", "-v", "worker", "tests.apps.basic:app", "-c", str(concurrency)],
+            [sys.executable, "-m", "tickwork.cli", "-v", "worker", "tests.apps.basic:app", *self.options],
             cwd=ROOT,
             env=full_env,
             stdout=self._log_file,
@@ -66,8 +75,10 @@ class Fleet:
         self.records = records
         self.procs: list[WorkerProcess] = []
 
-    def start(self, *, concurrency: int = 4, env: dict[str, str] | None = None) -> WorkerProcess:
-        worker = WorkerProcess(self.db_url, self.records, concurrency=concurrency, env=env)
+    def start(
+        self, *, concurrency: int = 4, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    ) -> WorkerProcess:
+        worker = WorkerProcess(self.db_url, self.records, concurrency=concurrency, env=env, args=args)
         self.procs.append(worker)
         return worker
 

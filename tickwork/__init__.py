@@ -15,6 +15,7 @@ from tickwork.errors import (
     UnknownTask,
 )
 from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Status, Task
+from tickwork.registry import Isolation
 
 __all__ = [
     "App",
@@ -27,6 +28,7 @@ __all__ = [
     "InvalidInput",
     "InvalidState",
     "InvalidTimezone",
+    "Isolation",
     "Kind",
     "Misfire",
     "Node",

@@ -21,7 +21,7 @@ from tickwork.codec import check_json, dumps
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
 from tickwork.events import Events, Hook
 from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Status, Task
-from tickwork.registry import Registry, TaskOptions
+from tickwork.registry import Isolation, Registry, TaskOptions
 from tickwork.schedules import (
     CronSchedule,
     IntervalSchedule,
@@ -147,6 +147,9 @@ class App:
         max_catchup: int = 100,
         overlap: Overlap | str = Overlap.SKIP,
         on_lost: OnLost | str = OnLost.RETRY,
+        max_runtime: float | None = None,
+        isolation: Isolation | str = Isolation.THREAD,
+        kill_grace: float = 5.0,
     ) -> Callable[[F], F]: ...
 
     def task(  # type: ignore[misc]  # mypy 2.4 rejects this valid overload pair
@@ -165,11 +168,20 @@ class App:
         max_catchup: int = 100,
         overlap: Overlap | str = Overlap.SKIP,
         on_lost: OnLost | str = OnLost.RETRY,
+        max_runtime: float | None = None,
+        isolation: Isolation | str = Isolation.THREAD,
+        kill_grace: float = 5.0,
     ) -> Any:
         """Register a function as a task; it stays a plain callable.
 
         The default name is ``module.qualname``; give ``name=`` when the module path may
         change, since stored tasks refer to it.
+
+        ``isolation="process"`` runs each run in a child process, so that a cancel or a
+        timeout can stop code that never checks ``ctx.cancelled`` (SIGTERM, then SIGKILL
+        after ``kill_grace`` seconds); the function must be defined at module level.
+        ``max_runtime`` bounds a run even while its node keeps renewing the lease: past
+        it, any node's reconciler ends the run TIMED_OUT.
         """
         options = TaskOptions(
             timeout=_optional_positive("timeout", timeout),
@@ -182,6 +194,9 @@ class App:
             max_catchup=_max_catchup(max_catchup),
             overlap=_overlap(overlap),
             on_lost=_on_lost(on_lost),
+            max_runtime=_optional_positive("max_runtime", max_runtime),
+            isolation=_isolation(isolation),
+            kill_grace=_non_negative("kill_grace", kill_grace),
         )
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -193,6 +208,10 @@ class App:
             if name is None and qualname is None:
                 raise InvalidInput("name", None, f"{f!r} has no __qualname__: give the task a name=")
             task_name = name or f"{getattr(f, '__module__', None) or '__main__'}.{qualname}"
+            if options.isolation is Isolation.PROCESS and (qualname is None or "<" in qualname):
+                raise InvalidInput(
+                    "isolation", "process", f"{f!r} is not defined at module level: a child process cannot find it"
+                )
             self.registry.add(task_name, f, options)
             return f
 
@@ -345,6 +364,7 @@ class App:
             max_catchup=options.max_catchup if max_catchup is None else _max_catchup(max_catchup),
             overlap=options.overlap if overlap is None else _overlap(overlap),
             on_lost=options.on_lost,
+            max_runtime=options.max_runtime,
         )
 
     def _payload(
@@ -489,6 +509,7 @@ class App:
                 priority=task.priority,
                 parent_id=task_id,
                 on_lost=task.on_lost,
+                max_runtime=task.max_runtime,
             )
             for s in slots
         ]
@@ -616,6 +637,13 @@ def _max_catchup(value: int) -> int:
     if _integer("max_catchup", value) < 1:
         raise InvalidInput("max_catchup", value, "must be at least 1")
     return value
+
+
+def _isolation(value: Isolation | str) -> Isolation:
+    try:
+        return Isolation(value.lower() if isinstance(value, str) else value)
+    except ValueError as exc:
+        raise InvalidInput("isolation", value, "must be 'thread' or 'process'") from exc
 
 
 def _on_lost(value: OnLost | str) -> OnLost:

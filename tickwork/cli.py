@@ -20,6 +20,7 @@ from rich.table import Table
 
 from tickwork.app import App
 from tickwork.errors import InvalidInput, TickworkError
+from tickwork.metrics import serve_metrics
 from tickwork.model import Execution, Status, Task
 from tickwork.schedules import CronSchedule, fire_times
 from tickwork.store.sqlite import path_from_url
@@ -91,12 +92,17 @@ def main(ctx: click.Context, db: str | None, app_spec: str | None, verbose: int)
 @main.command()
 @click.argument("app_spec", metavar="APP")
 @click.option("--concurrency", "-c", default=8, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port (/metrics).")
+@click.option("--metrics-host", default="0.0.0.0", show_default=True, help="Address the metrics server listens on.")
 @errors_as_messages
-def worker(app_spec: str, concurrency: int) -> None:
+def worker(app_spec: str, concurrency: int, metrics_port: int | None, metrics_host: str) -> None:
     """Run a worker node for APP (module:attribute) until SIGINT/SIGTERM."""
     if logging.getLogger().level > logging.INFO:
         logging.getLogger("tickwork").setLevel(logging.INFO)
-    load_app(app_spec).run_worker(concurrency=concurrency)
+    app = load_app(app_spec)
+    if metrics_port is not None:
+        serve_metrics(metrics_port, metrics_host)
+    app.run_worker(concurrency=concurrency)
 
 
 @main.command()

@@ -14,6 +14,7 @@ import concurrent.futures
 import dataclasses
 import enum
 import logging
+import multiprocessing.process
 import threading
 import time
 from collections.abc import Coroutine
@@ -23,8 +24,9 @@ from typing import Any
 from tickwork.codec import dumps, json_problem
 from tickwork.context import Context
 from tickwork.errors import Cancelled
+from tickwork.isolation import ChildCancelled, ChildFailed, run_in_process
 from tickwork.model import ErrorInfo, ExecutionStatus
-from tickwork.registry import TaskDef
+from tickwork.registry import Isolation, TaskDef
 from tickwork.store.base import Claim
 
 log = logging.getLogger("tickwork.executor")
@@ -81,6 +83,7 @@ class Run:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_task: asyncio.Task[Any] | None = None
+        self._process: multiprocessing.process.BaseProcess | None = None
 
     @property
     def task_id(self) -> int:
@@ -95,9 +98,18 @@ class Run:
             if self.cancel_reason is None:
                 self.cancel_reason = reason
             self.cancel_flag.set()
-            loop, task = self._loop, self._async_task
+            loop, task, process = self._loop, self._async_task, self._process
         if loop is not None and task is not None:
             loop.call_soon_threadsafe(task.cancel)
+        if process is not None:
+            process.terminate()  # SIGTERM; the supervisor sends SIGKILL after the grace
+
+    def bind_process(self, process: multiprocessing.process.BaseProcess) -> None:
+        with self._lock:
+            self._process = process
+            cancelled = self.cancel_flag.is_set()
+        if cancelled:
+            process.terminate()
 
     def bind_async(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
         with self._lock:
@@ -155,14 +167,22 @@ class Executor:
         task = run.claim.task
         func = run.definition.func
         try:
-            if run.definition.is_async:
+            if run.definition.options.isolation is Isolation.PROCESS:
+                value, note = run_in_process(run, ctx, func, run.definition.options.kill_grace)
+                if note is not None and run.cancel_reason is None:
+                    return RunResult(ExecutionStatus.COMPLETED, note=note)
+            elif run.definition.is_async:
                 value = self.async_runner.run(run, func(ctx, *task.args, **task.kwargs))
             else:
                 value = func(ctx, *task.args, **task.kwargs)
-        except (Cancelled, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
+        except (Cancelled, asyncio.CancelledError, concurrent.futures.CancelledError, ChildCancelled) as exc:
             if run.cancel_reason is None:  # raised by the task itself, not by us
                 return RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
             return self._cancelled(run)
+        except ChildFailed as exc:
+            if run.cancel_reason is not None:
+                return self._cancelled(run, None if exc.info.type == "Cancelled" else exc.info)
+            return RunResult(ExecutionStatus.FAILED, exc.info)
         except Exception as exc:
             if run.cancel_reason is not None:
                 return self._cancelled(run, ErrorInfo.from_exception(exc))

@@ -122,6 +122,9 @@ class Task:
     on_lost: OnLost = OnLost.RETRY
     cancel_run_only: bool = False
     """The requested cancel is for the current run only (``cancel(id, run_only=True)``)."""
+    max_runtime: float | None = None
+    """Seconds a run may take, counted from its claim, before any node's reconciler ends
+    it TIMED_OUT even though its node still renews the lease (None: no limit)."""
 
     def next_fire_times(self, count: int = 5) -> list[datetime]:
         """The next ``count`` nominal slots, from ``scheduled_at`` on (empty if one-time)."""

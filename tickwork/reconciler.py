@@ -1,20 +1,26 @@
-"""Zombie recovery: runs whose node stopped renewing their lease.
+"""Zombie recovery: runs whose node stopped renewing their lease, and runs that keep
+their lease alive but go on past their task's ``max_runtime``.
 
 Every node runs this; it is idempotent and fenced. A lost run's execution is marked
 FAILED (note "lost", naming the node that held it) and the task moves on exactly as
-after a failure: retried while attempts remain, else next slot or FAILED. The write is
-made only while the lease is still expired, so a slow node that renews first wins.
+after a failure: retried while attempts remain, else next slot or FAILED. That write
+is made only while the lease is still expired, so a slow node that renews first wins.
+An overrun run is ended TIMED_OUT, then the retry rules apply; the fence alone decides
+between that write and the run's own result, so exactly one of them lands, and the
+node that ran it finds its lease gone at its next heartbeat and stops the run.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from datetime import datetime
 
 from tickwork.events import Events, for_outcome
+from tickwork.metrics import RECOVERED
 from tickwork.model import ErrorInfo, ExecutionStatus, OnLost
 from tickwork.schedules import failed_outcome, outcome_of
-from tickwork.store.base import Outcome, Store
+from tickwork.store.base import Claim, Outcome, Store
 
 log = logging.getLogger("tickwork.reconciler")
 
@@ -22,40 +28,56 @@ BATCH = 100
 
 
 def reconcile(store: Store, node_ttl: float = 90.0, events: Events | None = None) -> int:
-    """Recover one batch of expired runs and forget nodes silent for ``node_ttl``
-    seconds; return how many runs this call recovered."""
+    """Recover one batch of expired and one of overrun runs and forget nodes silent for
+    ``node_ttl`` seconds; return how many runs this call recovered."""
     pruned = store.prune_nodes(node_ttl)
     if pruned:
         log.warning("removed %d node rows with no heartbeat for %.0f s", pruned, node_ttl)
-    expired = store.expired(BATCH)
-    if not expired:
+    return _recover(store, store.expired(BATCH), events, overrun=False) + _recover(
+        store, store.overrun(BATCH), events, overrun=True
+    )
+
+
+def _recover(store: Store, claims: list[Claim], events: Events | None, *, overrun: bool) -> int:
+    if not claims:
         return 0
     now = store.now()
     by_owner: dict[str, list[Outcome]] = defaultdict(list)
-    for claim in expired:
+    for claim in claims:
         owner = claim.task.lease_owner or "?"
-        error = ErrorInfo(
-            "LeaseExpired",
-            f"lost: node {owner} stopped renewing its lease (expired {claim.task.lease_expires_at})",
-        )
         try:
-            if claim.task.on_lost is OnLost.FAIL:
-                outcome = failed_outcome(claim, now, error, note=f"lost by {owner}; on_lost=fail")
-            else:
-                outcome = outcome_of(claim, ExecutionStatus.FAILED, now, error=error, note=f"lost by {owner}")
+            outcome = _overrun_outcome(claim, owner, now) if overrun else _lost_outcome(claim, owner, now)
         except Exception as exc:
             log.exception("task %s: cannot compute its next state; ending it FAILED", claim.task.id)
             outcome = failed_outcome(claim, now, ErrorInfo.from_exception(exc))
         by_owner[owner].append(outcome)
-    claims = {claim.task.id: claim for claim in expired}
+    by_task = {claim.task.id: claim for claim in claims}
+    reason = "max_runtime" if overrun else "lost"
     recovered = 0
     for owner, outcomes in by_owner.items():
-        applied = store.reap(owner, outcomes)
-        recovered += sum(applied)
+        applied = store.reap(owner, outcomes, expired_only=not overrun)
         for outcome, ok in zip(outcomes, applied, strict=True):
-            if ok:
-                log.warning("task %s: run lost by node %s, marked FAILED", outcome.task_id, owner)
-                if events is not None:
-                    for event, payload in for_outcome(claims[outcome.task_id], outcome, owner, lost=True):
-                        events.emit(event, payload)
+            if not ok:
+                continue
+            recovered += 1
+            RECOVERED.labels(reason=reason).inc()
+            log.warning("task %s: run %s by node %s, ended %s", outcome.task_id, reason, owner, outcome.status)
+            if events is not None:
+                for event, payload in for_outcome(by_task[outcome.task_id], outcome, owner, lost=not overrun):
+                    events.emit(event, payload)
     return recovered
+
+
+def _lost_outcome(claim: Claim, owner: str, now: datetime) -> Outcome:
+    error = ErrorInfo(
+        "LeaseExpired", f"lost: node {owner} stopped renewing its lease (expired {claim.task.lease_expires_at})"
+    )
+    if claim.task.on_lost is OnLost.FAIL:
+        return failed_outcome(claim, now, error, note=f"lost by {owner}; on_lost=fail")
+    return outcome_of(claim, ExecutionStatus.FAILED, now, error=error, note=f"lost by {owner}")
+
+
+def _overrun_outcome(claim: Claim, owner: str, now: datetime) -> Outcome:
+    limit = claim.task.max_runtime
+    error = ErrorInfo("MaxRuntimeExceeded", f"run exceeded its max_runtime of {limit} s on node {owner}")
+    return outcome_of(claim, ExecutionStatus.TIMED_OUT, now, error=error, note=f"max_runtime exceeded on {owner}")

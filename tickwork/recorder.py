@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from tickwork.metrics import STALE_RESULTS
 from tickwork.model import ErrorInfo
 from tickwork.store.base import Outcome, Store
 
@@ -93,7 +94,12 @@ class Recorder(Generic[T]):
         for (_, outcome), ok in zip(batch, applied, strict=True):
             if ok is False:
                 self.stale += 1
-                log.warning("task %s: result of fence %s was stale and dropped", outcome.task_id, outcome.fence)
+                STALE_RESULTS.labels(write="result").inc()
+                log.warning(
+                    "task %s: stale result dropped: fence %s no longer holds the lease (0 rows changed)",
+                    outcome.task_id,
+                    outcome.fence,
+                )
         self.on_written([(item, outcome, ok) for (item, outcome), ok in zip(batch, applied, strict=True)])
 
     def _finish_scrubbed(self, outcome: Outcome, exc: BaseException) -> bool | None:

@@ -8,12 +8,20 @@ anything that was not registered in the application's own code.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from tickwork.errors import InvalidInput, UnknownTask
 from tickwork.model import Misfire, OnLost, Overlap
+
+
+class Isolation(enum.StrEnum):
+    """Where a task's function runs on its node."""
+
+    THREAD = "thread"  # one of the node's run threads (async tasks: its event loop)
+    PROCESS = "process"  # a child process, terminated when the run is cancelled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +38,9 @@ class TaskOptions:
     max_catchup: int = 100
     overlap: Overlap = Overlap.SKIP
     on_lost: OnLost = OnLost.RETRY
+    max_runtime: float | None = None
+    isolation: Isolation = Isolation.THREAD
+    kill_grace: float = 5.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,6 +32,7 @@ from tickwork.clock import utcnow
 from tickwork.context import Context
 from tickwork.events import for_outcome
 from tickwork.executor import CancelReason, Executor, Run, RunResult
+from tickwork.metrics import STALE_RESULTS
 from tickwork.model import ErrorInfo, ExecutionStatus, Node, Overlap
 from tickwork.reconciler import reconcile
 from tickwork.recorder import Recorder
@@ -414,7 +415,13 @@ class Worker:
             renewal = kept.get((run.task_id, run.claim.fence))
             if renewal is None:
                 if not run.finished:  # a finished run's result may just have been written
-                    log.warning("task %s: lease lost (fence %s); cancelling the run", run.task_id, run.claim.fence)
+                    STALE_RESULTS.labels(write="heartbeat").inc()
+                    log.warning(
+                        "task %s: stale heartbeat: fence %s no longer holds the lease (0 rows changed); "
+                        "cancelling the run",
+                        run.task_id,
+                        run.claim.fence,
+                    )
                     run.request_cancel(CancelReason.LOST)
                 continue
             run.renewed_at = asked
@@ -432,6 +439,8 @@ class Worker:
         asked = time.monotonic()
         renewals = self.store.renew(self.node_id, [(run.task_id, run.claim.fence)], self.app.lease)
         if not renewals:
+            STALE_RESULTS.labels(write="heartbeat").inc()
+            log.warning("task %s: stale heartbeat from the task: fence %s lost its lease", run.task_id, run.claim.fence)
             run.request_cancel(CancelReason.LOST)
             return False
         run.renewed_at = asked
@@ -463,7 +472,8 @@ class Worker:
         """Zombie recovery, on its own thread so that a slow pass never delays renewals."""
         while not self._monitor_stop.is_set():
             try:
-                reconcile(self.store, node_ttl=max(NODE_TTL_FLOOR_S, 3 * self.app.lease), events=self.app.events)
+                if reconcile(self.store, node_ttl=max(NODE_TTL_FLOOR_S, 3 * self.app.lease), events=self.app.events):
+                    self.app.wakeup.set()  # recovered runs are due again: claim them now, not at the next poll
             except Exception:
                 log.warning("reconciler pass failed", exc_info=True)
             self._monitor_stop.wait(self.app.heartbeat)

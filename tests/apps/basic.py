@@ -70,3 +70,62 @@ async def async_record(ctx: Context) -> int:
     await asyncio.sleep(0)
     record(ctx)
     return ctx.attempt
+
+
+@app.task(name="test.until_cancelled")
+def until_cancelled(ctx: Context) -> str:
+    """A thread task that checks ``ctx.cancelled`` in a loop."""
+    record(ctx, phase="start")
+    while not ctx.cancelled:
+        time.sleep(0.01)
+    record(ctx, phase="saw_cancel")
+    return "stopped"
+
+
+@app.task(name="test.async_wait")
+async def async_wait(ctx: Context) -> None:
+    """An async task that awaits something that never comes."""
+    record(ctx, phase="start")
+    await asyncio.sleep(3600)
+
+
+@app.task(name="test.process_record", isolation="process")
+def process_record(ctx: Context, value: object = None) -> dict[str, object]:
+    record(ctx, phase="start", fence=ctx.fence, renewed=ctx.heartbeat())
+    return {"pid": os.getpid(), "value": value}
+
+
+@app.task(name="test.process_fail", isolation="process")
+def process_fail(ctx: Context) -> None:
+    record(ctx, phase="start")
+    raise ValueError(f"failed in pid {os.getpid()}")
+
+
+@app.task(name="test.busy_process", isolation="process")
+def busy_process(ctx: Context) -> None:
+    """A busy loop that never checks ``ctx.cancelled``: only a signal stops it."""
+    record(ctx, phase="start")
+    while True:
+        pass
+
+
+@app.task(name="test.stubborn_process", isolation="process", kill_grace=1.0)
+def stubborn_process(ctx: Context) -> None:
+    """Swallows SIGTERM's Cancelled and goes on: only SIGKILL stops it."""
+    record(ctx, phase="start")
+    while True:
+        try:
+            while True:
+                pass
+        except Exception:  # tickwork.Cancelled: this task refuses to stop
+            record(ctx, phase="ignored_sigterm")
+            continue
+
+
+@app.task(name="test.overrun", max_runtime=1.0)
+def overrun(ctx: Context) -> None:
+    """Keeps its lease alive (its node heartbeats) and runs on until the lease is lost."""
+    record(ctx, phase="start")
+    while not ctx.cancelled:
+        time.sleep(0.01)
+    record(ctx, phase="saw_cancel")

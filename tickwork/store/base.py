@@ -58,6 +58,7 @@ class NewTask:
     overlap: Overlap = Overlap.SKIP
     parent_id: int | None = None
     on_lost: OnLost = OnLost.RETRY
+    max_runtime: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,9 +195,16 @@ class Store(Protocol):
         """RUNNING tasks whose lease expired before now, with their execution rows."""
         ...
 
-    def reap(self, lease_owner: str, outcomes: Sequence[Outcome]) -> list[bool]:
-        """Like ``finish`` on behalf of a node that lost its lease, and only while that
-        lease is still expired: a renewal that lands first wins."""
+    def overrun(self, limit: int) -> list[Claim]:
+        """RUNNING tasks whose run was claimed more than their ``max_runtime`` ago,
+        whether or not their node still renews the lease."""
+        ...
+
+    def reap(self, lease_owner: str, outcomes: Sequence[Outcome], *, expired_only: bool = True) -> list[bool]:
+        """Like ``finish`` on behalf of the node holding the lease. With ``expired_only``
+        (a lost run) only while that lease is still expired: a renewal that lands first
+        wins. Without it (an overrun run) the fence alone decides, so the run's own
+        result and this write cannot both land."""
         ...
 
     def get_task(self, task_id: int) -> Task | None: ...

@@ -103,8 +103,10 @@ WITH o AS (
         result jsonb, note text, skipped int, skipped_last timestamptz, decision text)
 ), settled AS (
     UPDATE tickwork_tasks t
-    SET status = CASE WHEN t.cancel_requested AND NOT t.cancel_run_only THEN 'CANCELLED' ELSE o.task_status END,
-        cancel_requested = t.cancel_requested AND NOT t.cancel_run_only, cancel_run_only = FALSE,
+    SET status = CASE WHEN t.cancel_requested AND NOT t.cancel_run_only AND o.task_status <> 'COMPLETED'
+                      THEN 'CANCELLED' ELSE o.task_status END,
+        cancel_requested = t.cancel_requested AND NOT t.cancel_run_only AND o.task_status <> 'COMPLETED',
+        cancel_run_only = FALSE,
         scheduled_at = o.scheduled_at, next_run_at = o.next_run_at, attempt = o.attempt,
         triggered = o.triggered, last_status = o.status,
         run_count = t.run_count + CASE WHEN o.status = 'SKIPPED' THEN 0 ELSE 1 END,
@@ -112,7 +114,7 @@ WITH o AS (
         lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
     FROM o
     WHERE t.id = o.task_id AND t.version = o.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
-      AND (NOT :reaping OR t.lease_expires_at < :now)
+      AND (NOT :expired_only OR t.lease_expires_at < :now)
     RETURNING t.id
 ), logged AS (
     UPDATE tickwork_executions e
@@ -131,3 +133,13 @@ UPDATE tickwork_tasks t SET lease_expires_at = clock_timestamp() + make_interval
 FROM unnest(:ids::bigint[], :fences::bigint[]) AS r(id, fence)
 WHERE t.id = r.id AND t.version = r.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
 RETURNING t.id, t.version, t.cancel_requested, t.cancel_run_only;
+
+-- name: overrun_runs
+-- Runs claimed longer ago than their max_runtime, live lease or not.
+SELECT t.*, e.id AS execution_id, e.scheduled_for AS execution_scheduled_for
+FROM tickwork_tasks t
+JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.status = 'RUNNING'
+WHERE t.status = 'RUNNING' AND t.max_runtime IS NOT NULL
+  AND e.started_at + make_interval(secs => t.max_runtime) < :now
+ORDER BY e.started_at
+LIMIT :limit;

@@ -7,11 +7,11 @@
 INSERT INTO tickwork_tasks (
     name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
     next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
-    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, created_at, updated_at)
+    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime, created_at, updated_at)
 VALUES (
     :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval, :scheduled_at,
     :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
-    :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :now, :now)
+    :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :max_runtime, :now, :now)
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
 DO NOTHING
 RETURNING *;
@@ -64,20 +64,25 @@ WHERE id = :id AND version = :fence AND lease_owner = :node AND status = 'RUNNIN
 RETURNING id, cancel_requested, cancel_run_only;
 
 -- name: settle_task
--- Apply the policy's decision for an ended run. The reconciler (:reaping) writes only
--- while the lease is still expired, so that a renewal landing first wins.
+-- Apply the policy's decision for an ended run. The reconciler reaping a lost run
+-- (:expired_only) writes only while the lease is still expired, so that a renewal
+-- landing first wins; one ending an overrun run needs only the fence.
 -- A cancel requested while the run was going wins over the decision, even one made
 -- from a snapshot taken before the request; a cancel of the run only is spent by it.
+-- Except when the run completed a one-time task: it did its work, and the task says
+-- so (the cancel came too late), so a task's status always matches its last run.
 UPDATE tickwork_tasks
-SET status = CASE WHEN cancel_requested AND NOT cancel_run_only THEN 'CANCELLED' ELSE :task_status END,
-    cancel_requested = cancel_requested AND NOT cancel_run_only, cancel_run_only = FALSE,
+SET status = CASE WHEN cancel_requested AND NOT cancel_run_only AND :task_status <> 'COMPLETED'
+                  THEN 'CANCELLED' ELSE :task_status END,
+    cancel_requested = cancel_requested AND NOT cancel_run_only AND :task_status <> 'COMPLETED',
+    cancel_run_only = FALSE,
     scheduled_at = :scheduled_at, next_run_at = :next_run_at,
     attempt = :attempt, triggered = :triggered,
     run_count = run_count + CASE WHEN :status = 'SKIPPED' THEN 0 ELSE 1 END,
     last_status = :status, last_decision = COALESCE(:decision, last_decision),
     lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
-  AND (NOT :reaping OR lease_expires_at < :now)
+  AND (NOT :expired_only OR lease_expires_at < :now)
 RETURNING id;
 
 -- name: finish_execution

@@ -172,6 +172,7 @@ class SQLStore:
                 "overlap": new.overlap.value,
                 "parent_id": new.parent_id,
                 "on_lost": new.on_lost.value,
+                "max_runtime": new.max_runtime,
                 "now": now,
             }
             for new in tasks
@@ -291,27 +292,31 @@ class SQLStore:
         ]
 
     def finish(self, node: str, outcomes: Sequence[Outcome]) -> list[bool]:
-        return self._settle(node, outcomes, reaping=False)
+        return self._settle(node, outcomes, reaping=False, expired_only=False)
 
-    def reap(self, lease_owner: str, outcomes: Sequence[Outcome]) -> list[bool]:
-        return self._settle(lease_owner, outcomes, reaping=True)
+    def reap(self, lease_owner: str, outcomes: Sequence[Outcome], *, expired_only: bool = True) -> list[bool]:
+        return self._settle(lease_owner, outcomes, reaping=True, expired_only=expired_only)
 
-    def _settle(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool) -> list[bool]:
+    def _settle(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool, expired_only: bool) -> list[bool]:
         if not outcomes:
             return []
         # Write in task id order (every transaction locks task rows in id order, so two
         # nodes never wait on each other in a cycle); answer in the caller's order.
         order = sorted(range(len(outcomes)), key=lambda i: outcomes[i].task_id)
-        applied_sorted = self._settle_sorted(node, [outcomes[i] for i in order], reaping=reaping)
+        applied_sorted = self._settle_sorted(
+            node, [outcomes[i] for i in order], reaping=reaping, expired_only=expired_only
+        )
         applied = [False] * len(outcomes)
         for position, ok in zip(order, applied_sorted, strict=True):
             applied[position] = ok
         return applied
 
-    def _settle_sorted(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool) -> list[bool]:
+    def _settle_sorted(
+        self, node: str, outcomes: Sequence[Outcome], *, reaping: bool, expired_only: bool
+    ) -> list[bool]:
         d = self.dialect
         with d.single() if d.batched else d.transaction() as s:
-            common = {"now": d.encode_time(d.approximate_now()), "node": node, "reaping": reaping}
+            common = {"now": d.encode_time(d.approximate_now()), "node": node, "expired_only": expired_only}
             if d.batched:
                 batch = d.encode_json([self._settle_row(o) for o in outcomes])
                 settled = {int(r["id"]) for r in s.fetch_all("settle_batch", {**common, "batch": batch})}
@@ -320,9 +325,6 @@ class SQLStore:
                 applied = [self._settle_one(s, o, common) for o in outcomes]
             if reaping and any(applied):
                 self._notify(s, "due")  # recovered runs are due again
-        for o, ok in zip(outcomes, applied, strict=True):
-            if not ok:
-                log.warning("stale result dropped: task %s fence %s node %s (lease lost)", o.task_id, o.fence, node)
         return applied
 
     def _settle_one(self, s: Session, o: Outcome, common: dict[str, Any]) -> bool:
@@ -396,9 +398,15 @@ class SQLStore:
         return [Claim(self._task(r), int(r["execution_id"]), self._time(r["execution_scheduled_for"])) for r in rows]
 
     def expired(self, limit: int) -> list[Claim]:
+        return self._running_claims("expired_runs", limit)
+
+    def overrun(self, limit: int) -> list[Claim]:
+        return self._running_claims("overrun_runs", limit)
+
+    def _running_claims(self, query: str, limit: int) -> list[Claim]:
         d = self.dialect
         with d.reader() as s:
-            rows = s.fetch_all("expired_runs", {"now": d.encode_time(d.approximate_now()), "limit": limit})
+            rows = s.fetch_all(query, {"now": d.encode_time(d.approximate_now()), "limit": limit})
         return [Claim(self._task(r), int(r["execution_id"]), self._time(r["execution_scheduled_for"])) for r in rows]
 
     # -- reading and managing tasks -----------------------------------------------
@@ -544,14 +552,14 @@ class SQLStore:
             kind=_member(_KINDS, r["kind"]),
             cron=r["cron"],
             timezone=r["timezone"],
-            interval=r["interval_seconds"],
+            interval=_optional_float(r["interval_seconds"]),
             scheduled_at=self._time(r["scheduled_at"]),
             next_run_at=self._time(r["next_run_at"]),
             status=_member(_STATUSES, r["status"]),
             misfire=_member(_MISFIRES, r["misfire"]),
             misfire_grace=float(r["misfire_grace"]),
             jitter=float(r["jitter"]),
-            timeout=r["timeout"],
+            timeout=_optional_float(r["timeout"]),
             max_retries=int(r["max_retries"]),
             retry_backoff=float(r["retry_backoff"]),
             priority=int(r["priority"]),
@@ -571,6 +579,7 @@ class SQLStore:
             last_decision=r["last_decision"],
             parent_id=r["parent_id"],
             on_lost=_member(_ON_LOST, r["on_lost"]),
+            max_runtime=_optional_float(r["max_runtime"]),
         )
 
     def _execution(self, r: Row) -> Execution:
@@ -609,3 +618,8 @@ def iter_statements(script: str) -> Iterator[str]:
     tail = "\n".join(current).strip()
     if tail and not all(x.strip().startswith("--") or not x.strip() for x in tail.splitlines()):
         yield tail
+
+
+def _optional_float(value: Any) -> float | None:
+    """SQLite hands back a REAL that holds a whole number as an int."""
+    return None if value is None else float(value)

@@ -1,0 +1,270 @@
+"""Zombies, fencing and cancellation with real worker processes and a short lease:
+nodes killed with SIGKILL or frozen with SIGSTOP, running runs cancelled in threads,
+on the event loop and in child processes, and cancels racing the start of 1,000 runs."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import threading
+import time
+import urllib.request
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.workers import Fleet, read_records
+from tickwork import App, ExecutionStatus, InvalidState, Status
+
+LEASE = 2.0
+HEARTBEAT = 0.5
+SHORT_LEASE = {"TICKWORK_TEST_LEASE": str(LEASE), "TICKWORK_TEST_HEARTBEAT": str(HEARTBEAT)}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
+    if request.param == "sqlite":
+        return sqlite_url
+    return str(request.getfixturevalue("pg_url"))
+
+
+def starts(records: Path, task_id: int) -> list[dict[str, Any]]:
+    return [r for r in read_records(records) if r["task_id"] == task_id and r.get("phase") == "start"]
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie child of a worker that was not reaped yet still answers signal 0.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def metric(port: int, name: str) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in body.splitlines() if line.startswith(name)]
+    return sum(values)
+
+
+def test_a_killed_nodes_run_is_rerun_by_another_node_within_lease_plus_heartbeat(
+    client: App, fleet: Fleet, records: Path
+) -> None:
+    task = client.schedule("test.slow", kwargs={"seconds": 3.0}, max_retries=1, retry_backoff=0.01)
+    nodes = {}
+    for _ in range(2):
+        node = fleet.start(env={**SHORT_LEASE, "TICKWORK_TEST_GRACE": "0"})
+        nodes[node.proc.pid] = node
+    [first] = wait_for(lambda: starts(records, task.id))
+    doomed = nodes.pop(first["pid"])
+    killed_at = time.time()
+    doomed.kill()  # SIGKILL: no clean-up, the lease is left to expire
+    [rescuer] = nodes.values()
+    rerun = wait_for(lambda: [r for r in starts(records, task.id) if r["attempt"] == 2])[0]
+    assert rerun["pid"] == rescuer.proc.pid
+    # The lease expires at most LEASE after the kill; the rescuer's reconciler looks every
+    # HEARTBEAT. The margin is for the claim itself and process scheduling on a busy CI box.
+    assert rerun["at"] - killed_at <= LEASE + HEARTBEAT + 0.5
+    wait_for(lambda: client.get(task.id).status is Status.COMPLETED)
+    runs = sorted(client.executions(task.id), key=lambda e: e.attempt)
+    assert [(e.attempt, e.status) for e in runs] == [(1, ExecutionStatus.FAILED), (2, ExecutionStatus.COMPLETED)]
+    assert runs[0].note is not None and runs[0].note.startswith("lost")
+    assert runs[0].node is not None and runs[0].note == f"lost by {runs[0].node}"
+    assert rescuer.terminate() == 0, rescuer.output()
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_frozen_node_wakes_to_find_its_writes_fenced_off(client: App, fleet: Fleet, records: Path) -> None:
+    """SIGSTOP for three leases while another node takes the run over and completes it.
+    (PostgreSQL: a SQLite node frozen inside its write lock would freeze the file for
+    every process, which is what one machine's embedded store is.)"""
+    port = free_port()
+    frozen = fleet.start(env=SHORT_LEASE, args=("--metrics-port", str(port), "--metrics-host", "127.0.0.1"))
+    task = client.schedule("test.slow", kwargs={"seconds": 2.0}, max_retries=1, retry_backoff=0.01)
+    wait_for(lambda: starts(records, task.id))
+    wait_for(lambda: metric(port, "tickwork_stale_results_total") == 0)  # served, nothing stale yet
+    frozen.proc.send_signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        rescuer = fleet.start(env=SHORT_LEASE)
+        wait_for(lambda: client.get(task.id).status is Status.COMPLETED, timeout=30)
+        wait_for(lambda: time.monotonic() - stopped_at >= 3 * LEASE, timeout=3 * LEASE)
+        before = client.get(task.id)
+        runs_before = client.executions(task.id)
+    finally:
+        frozen.proc.send_signal(signal.SIGCONT)
+    # The frozen node's run ends (its loop's deadline passed while it was stopped) and
+    # its heartbeat comes due: both writes are fenced off and change nothing.
+    wait_for(lambda: "stale result dropped" in frozen.output(), timeout=10)
+    assert metric(port, 'tickwork_stale_results_total{write="result"}') >= 1
+    after = client.get(task.id)
+    assert after == before  # not one field changed, version and updated_at included
+    assert client.executions(task.id) == runs_before
+    runs = sorted(runs_before, key=lambda e: e.attempt)
+    assert [(e.attempt, e.status) for e in runs] == [(1, ExecutionStatus.FAILED), (2, ExecutionStatus.COMPLETED)]
+    assert runs[0].note is not None and runs[0].note.startswith("lost")
+    assert runs[1].node != runs[0].node
+    assert frozen.terminate() == 0, frozen.output()
+    assert rescuer.terminate() == 0, rescuer.output()
+
+
+def test_running_thread_async_and_process_tasks_are_cancelled_and_never_rerun(
+    client: App, fleet: Fleet, records: Path
+) -> None:
+    heartbeat = 1.0
+    node = fleet.start(env={"TICKWORK_TEST_LEASE": "5", "TICKWORK_TEST_HEARTBEAT": str(heartbeat)})
+    names = ["test.until_cancelled", "test.async_wait", "test.busy_process", "test.stubborn_process"]
+    tasks = {name: client.schedule(name, max_retries=3) for name in names}
+    for task in tasks.values():
+        wait_for(lambda task=task: starts(records, task.id), timeout=30)
+    elapsed: dict[str, float] = {}
+
+    def cancel_and_time(name: str) -> None:
+        asked = time.monotonic()
+        client.cancel(tasks[name].id)
+        wait_for(lambda: client.get(tasks[name].id).status is Status.CANCELLED, timeout=30, interval=0.01)
+        elapsed[name] = time.monotonic() - asked
+
+    threads = [threading.Thread(target=cancel_and_time, args=(name,)) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    kill_grace = 1.0  # test.stubborn_process's
+    for name in ["test.until_cancelled", "test.async_wait", "test.busy_process"]:
+        assert elapsed[name] <= 2 * heartbeat, (name, elapsed)
+    assert elapsed["test.stubborn_process"] <= 2 * heartbeat + kill_grace, elapsed
+    for name, task in tasks.items():
+        [run] = client.executions(task.id)
+        assert run.status is ExecutionStatus.CANCELLED, (name, run)
+    assert any(r.get("phase") == "saw_cancel" for r in read_records(records))  # the thread task saw ctx.cancelled
+    assert any(r.get("phase") == "ignored_sigterm" for r in read_records(records))  # SIGTERM came first
+    for name in ["test.busy_process", "test.stubborn_process"]:
+        [start] = starts(records, tasks[name].id)
+        assert start["pid"] != node.proc.pid  # it ran in a child process ...
+        assert wait_for(lambda start=start: pid_gone(start["pid"]), timeout=5)  # ... which is gone
+    # None runs again: a task scheduled after the cancels runs, the cancelled ones don't.
+    marker = client.schedule("test.record")
+    wait_for(lambda: client.get(marker.id).status is Status.COMPLETED)
+    for name, task in tasks.items():
+        assert len(starts(records, task.id)) == 1, name
+        assert len(client.executions(task.id)) == 1, name
+    assert node.terminate() == 0, node.output()
+
+
+def test_a_stuck_process_task_times_out_and_is_retried(client: App, fleet: Fleet, records: Path) -> None:
+    node = fleet.start(env=SHORT_LEASE)
+    task = client.schedule("test.busy_process", timeout=1.0, max_retries=1, retry_backoff=0.01)
+    wait_for(lambda: client.get(task.id).status is Status.FAILED, timeout=30)
+    runs = sorted(client.executions(task.id), key=lambda e: e.attempt)
+    assert [(e.attempt, e.status) for e in runs] == [(1, ExecutionStatus.TIMED_OUT), (2, ExecutionStatus.TIMED_OUT)]
+    assert all(e.error is not None and "timeout of 1.0 s" in e.error.message for e in runs), runs
+    children = [r["pid"] for r in starts(records, task.id)]
+    assert len(children) == 2 and node.proc.pid not in children
+    for pid in children:
+        assert wait_for(lambda pid=pid: pid_gone(pid), timeout=5)
+    assert node.terminate() == 0, node.output()
+
+
+def test_process_tasks_return_results_fail_with_their_traceback_and_renew_their_lease(
+    client: App, fleet: Fleet, records: Path
+) -> None:
+    node = fleet.start(env=SHORT_LEASE)
+    ok = client.schedule("test.process_record", kwargs={"value": ["é", 1]})
+    bad = client.schedule("test.process_fail")
+    wait_for(lambda: client.get(ok.id).status.is_terminal and client.get(bad.id).status.is_terminal)
+    [good] = client.executions(ok.id)
+    [start] = starts(records, ok.id)
+    assert good.status is ExecutionStatus.COMPLETED
+    assert good.result == {"pid": start["pid"], "value": ["é", 1]} and start["pid"] != node.proc.pid
+    assert start["renewed"] is True and start["fence"] == good.fence  # ctx.heartbeat() through the node
+    [failed] = client.executions(bad.id)
+    assert failed.status is ExecutionStatus.FAILED and failed.error is not None
+    assert failed.error.type == "ValueError" and "failed in pid" in failed.error.message
+    assert "process_fail" in failed.error.traceback  # the child's own traceback
+    assert node.terminate() == 0, node.output()
+
+
+def test_a_run_past_max_runtime_is_taken_over_while_its_node_still_heartbeats(
+    client: App, fleet: Fleet, records: Path
+) -> None:
+    node = fleet.start(env=SHORT_LEASE)
+    task = client.schedule("test.overrun")  # max_runtime=1.0, a lease of 2 s renewed every 0.5 s
+    wait_for(lambda: client.get(task.id).status is Status.FAILED, timeout=30)
+    [run] = client.executions(task.id)
+    assert run.status is ExecutionStatus.TIMED_OUT
+    assert run.error is not None and run.error.type == "MaxRuntimeExceeded"
+    assert run.finished_at is not None and run.started_at is not None
+    assert timedelta(seconds=1.0) <= run.finished_at - run.started_at < timedelta(seconds=LEASE)
+    # The node learns at its next heartbeat that it lost the run and stops it.
+    wait_for(lambda: any(r.get("phase") == "saw_cancel" for r in read_records(records)), timeout=10)
+    wait_for(lambda: "stale" in node.output(), timeout=10)
+    assert client.executions(task.id) == [run]  # its own late result changed nothing
+    assert node.terminate() == 0, node.output()
+
+
+def test_cancels_racing_the_start_of_1000_runs_never_overwrite_a_state(
+    client: App, fleet: Fleet, records: Path
+) -> None:
+    """Each task is cancelled within ±50 ms of its due time while 2 nodes claim and run:
+    whoever wins, the task's status agrees with its executions."""
+    count, spread = 1000, 4.0
+    first_due = client.store.now() + timedelta(seconds=3)
+    dues = [first_due + timedelta(seconds=spread * i / count) for i in range(count)]
+    tasks = client.schedule_many([{"task": "test.record", "at": due} for due in dues])
+    for _ in range(2):
+        fleet.start(concurrency=8, env=SHORT_LEASE)
+    rng = random.Random(5)
+    jittered = [due + timedelta(seconds=rng.uniform(-0.05, 0.05)) for due in dues]
+    plan = sorted(zip(jittered, [t.id for t in tasks], strict=True))
+    offset = client.store.now() - client.store.approximate_now()  # local clock → store clock
+    too_late = 0
+    late_by: list[float] = []
+    for at, task_id in plan:
+        wait = (at - (client.store.approximate_now() + offset)).total_seconds()
+        if wait > 0:
+            time.sleep(wait)  # the test's own pacing: cancel at the planned instant
+        late_by.append(-min(wait, 0.0))
+        try:
+            client.cancel(task_id)
+        except InvalidState:
+            too_late += 1  # it had already completed: allowed, and checked below
+    assert sorted(late_by)[len(late_by) // 2] < 0.05  # the cancels did land around the due times
+    ids = [t.id for t in tasks]
+    wait_for(lambda: all(client.get(i).status.is_terminal for i in ids), timeout=60)
+    by_task: dict[int, list[Any]] = {i: [] for i in ids}
+    for run in client.executions(limit=10_000):
+        by_task[run.task_id].append(run)
+    recorded = Counter(r["task_id"] for r in read_records(records))
+    outcomes: Counter[str] = Counter()
+    for task_id in ids:
+        task, runs = client.get(task_id), by_task[task_id]
+        statuses = [r.status for r in runs]
+        if task.status is Status.CANCELLED:
+            assert ExecutionStatus.COMPLETED not in statuses, (task, runs)
+            assert len(runs) <= 1 and set(statuses) <= {ExecutionStatus.CANCELLED}, (task, runs)
+            outcomes["cancelled before running" if not runs else "cancelled while running"] += 1
+        else:
+            assert task.status is Status.COMPLETED, task
+            assert statuses == [ExecutionStatus.COMPLETED], (task, runs)
+            assert recorded[task_id] == 1
+            outcomes["completed"] += 1
+        assert recorded[task_id] <= 1  # never run twice
+    assert outcomes["completed"] >= too_late
+    assert outcomes["cancelled before running"] > 0 and outcomes["completed"] > 0, outcomes
