@@ -265,7 +265,36 @@ def test_a_retried_acquire_recognises_its_own_token(locks: RedisLocks) -> None:
     # The client retries a command once; if the first attempt was applied and only its
     # answer was lost, the retry must report the lock as ours, not as held by someone else.
     key = locks.key(9)
-    assert locks._acquire(keys=[key], args=["mine", 10_000]) == 1
-    assert locks._acquire(keys=[key], args=["mine", 10_000]) == 1
-    assert locks._acquire(keys=[key], args=["other", 10_000]) == 0
-    assert locks.holder(9) == "mine"
+    assert locks._acquire(keys=[key], args=["mine:10000", 10_000, 0]) == 1
+    assert locks._acquire(keys=[key], args=["mine:10000", 10_000, 0]) == 1
+    assert locks._acquire(keys=[key], args=["other:10000", 10_000, 0]) == 0
+    assert locks.holder(9) == "mine:10000"
+
+
+def test_a_lock_its_holder_stopped_extending_is_taken_over_but_a_fresh_one_is_not(
+    locks: RedisLocks, raw: redis.Redis
+) -> None:
+    """A long TTL (the task's expected runtime) must not shut other nodes out for that
+    long once its holder died: what counts is how long ago it was last extended."""
+    dead = locks.acquire(1, 60.0)
+    live = locks.acquire(2, 60.0)
+    assert dead is not None and live is not None
+    # The dead holder's lock was last extended 3 s ago: wind its TTL back by that much.
+    raw.pexpire(locks.key(1), 57_000)
+    assert locks.extended_within([1, 2, 3], 2.0) == {2}
+    taken = locks.acquire_many([(1, 60.0), (2, 60.0)], stale_after=2.0)
+    assert taken[1] is not None and taken[1] != dead and locks.holder(1) == taken[1]
+    assert taken[2] is None and locks.holder(2) == live
+    assert locks.extend_many([(1, dead, 60.0)]) == {1: False}  # the old holder has lost it
+    assert locks.extended_within([1], 2.0) == {1}
+
+
+def test_retake_restores_a_lock_redis_lost_but_never_one_held_by_another(locks: RedisLocks, raw: redis.Redis) -> None:
+    mine = locks.acquire(1, 10.0)
+    theirs = locks.acquire(2, 10.0)
+    assert mine is not None and theirs is not None
+    raw.delete(locks.key(1))  # what a restart without persistence does
+    assert locks.extend_many([(1, mine, 10.0)]) == {1: False}  # strict: lost
+    assert locks.holder(1) is None
+    assert locks.extend_many([(1, mine, 10.0), (2, "someone:10000", 10.0)], retake=True) == {1: True, 2: False}
+    assert locks.holder(1) == mine and locks.holder(2) == theirs

@@ -20,7 +20,9 @@ from tickwork.clock import Clock, utcnow
 from tickwork.codec import check_json, dumps
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
 from tickwork.events import Events, Hook
+from tickwork.locks import RedisLocks
 from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Status, Task
+from tickwork.node_locks import NodeLocks, RedisMode
 from tickwork.registry import Isolation, Registry, TaskOptions
 from tickwork.schedules import (
     CronSchedule,
@@ -65,6 +67,10 @@ class App:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         webhook_url: str | None = None,
         webhook_secret: str | None = None,
+        redis_url: str | None = None,
+        redis_prefix: str = "tickwork:",
+        redis_mode: str = "best_effort",
+        lock_ttl: float | None = None,
         clock: Clock = utcnow,
     ) -> None:
         if url is not None and (not isinstance(url, str) or not url):
@@ -89,6 +95,19 @@ class App:
         self.clock = clock
         self.registry = Registry()
         self.events = Events(webhook_url, webhook_secret)
+        if redis_url is not None and (
+            not isinstance(redis_url, str) or not redis_url.startswith(("redis://", "rediss://", "unix://"))
+        ):
+            raise InvalidInput("redis_url", redis_url, "must be a redis://, rediss:// or unix:// URL")
+        self.redis_url = redis_url
+        if not isinstance(redis_prefix, str) or not redis_prefix:
+            raise InvalidInput("redis_prefix", redis_prefix, "must be a non-empty string")
+        self.redis_prefix = redis_prefix
+        try:
+            self.redis_mode = RedisMode(redis_mode)
+        except ValueError as exc:
+            raise InvalidInput("redis_mode", redis_mode, "must be 'best_effort' or 'required'") from exc
+        self.lock_ttl = _optional_positive("lock_ttl", lock_ttl)
         self.wakeup = threading.Event()
         """Set when this process schedules or triggers something, to wake a local node."""
         self._store: Store | None = None
@@ -112,6 +131,15 @@ class App:
                 store.migrate()
                 self._store, self._opened_url = store, url
             return self._store
+
+    def node_locks(self) -> NodeLocks | None:
+        """A node's Redis locks, when ``redis_url`` is set (each node has its own connection)."""
+        if self.redis_url is None:
+            return None
+        locks = RedisLocks(self.redis_url, self.redis_prefix)
+        return NodeLocks(
+            locks, mode=self.redis_mode, lease=self.lease, heartbeat=self.heartbeat, lock_ttl=self.lock_ttl
+        )
 
     def on(self, event: str) -> Callable[[Hook], Hook]:
         """Register a hook for an event (see ``events.EVENTS``): ``@app.on("execution_failed")``.

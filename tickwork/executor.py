@@ -39,6 +39,7 @@ class CancelReason(enum.StrEnum):
     SHUTDOWN = "shutdown"
     REPLACED = "replaced"  # overlap="replace": the task's next slot came due
     CANCEL_RUN = "cancel_run"  # cancel(run_only=True): this run, not the task
+    LOCK_LOST = "lock_lost"  # another node took this task's Redis lock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +81,8 @@ class Run:
         self.replace_at: float | None = None  # monotonic; overlap="replace": the next slot
         self.started_at: datetime | None = None
         self.renewed_at = time.monotonic()
+        self.lock_token: str | None = None  # the Redis lock's owner token, when locks are on
+        self.lock_ttl = 0.0
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_task: asyncio.Task[Any] | None = None
@@ -212,6 +215,7 @@ class Executor:
             return RunResult(ExecutionStatus.CANCELLED, error, note="run cancelled on request; the schedule goes on")
         message = {
             CancelReason.LOST: "lease lost: the run was stopped because this node no longer owns it",
+            CancelReason.LOCK_LOST: "lock lost: another node took this task's Redis lock; the run was stopped",
             CancelReason.SHUTDOWN: "interrupted: the node shut down before the run finished",
         }[reason or CancelReason.SHUTDOWN]
         return RunResult(ExecutionStatus.FAILED, error or ErrorInfo("Interrupted", message), note=str(reason))

@@ -34,9 +34,23 @@ from tickwork.errors import InvalidInput, TickworkError
 
 T = TypeVar("T")
 
-# SET key token NX PX ttl, made idempotent: if a retried call finds its own token (the
-# first attempt was applied but its answer lost to a timeout), the lock is ours, not "held".
-_ACQUIRE = """
+# A token is "<random>:<ttl in ms>": the holder's TTL travels with the lock, so any node
+# can tell how long ago the holder last extended it (ttl - PTTL) and so whether it is
+# still being extended by a live node, whatever the TTL.
+_AGE = """
+local function age(key, value)
+    local ttl = tonumber(string.match(value, ':(%d+)$'))
+    local left = redis.call('PTTL', key)
+    if not ttl or left < 0 then return 0 end
+    return ttl - left
+end
+"""
+
+# SET key token NX PX ttl, made idempotent (a retried call that finds its own token got
+# the lock), and taking over a lock its holder stopped extending ARGV[3] ms ago (0: never).
+_ACQUIRE = (
+    _AGE
+    + """
 local held = redis.call('GET', KEYS[1])
 if not held then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -45,13 +59,27 @@ end
 if held == ARGV[1] then
     return 1
 end
+local stale = tonumber(ARGV[3])
+if stale > 0 and age(KEYS[1], held) > stale then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return 2
+end
 return 0
 """
+)
 
 # Extend the TTL only if the key still holds our token (atomic compare-then-PEXPIRE).
+# With ARGV[3] == '1', a key that no longer exists at all (Redis restarted without its
+# data, or flushed) is taken again: nobody else holds it, and the caller has just
+# confirmed in the database that the run is still its own.
 _EXTEND = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
     return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not held and ARGV[3] == '1' then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return 1
 end
 return 0
 """
@@ -63,6 +91,21 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+# The ids among KEYS whose lock was extended within the last ARGV[1] ms.
+_FRESH = (
+    _AGE
+    + """
+local fresh = {}
+for i, key in ipairs(KEYS) do
+    local held = redis.call('GET', key)
+    if held and age(key, held) <= tonumber(ARGV[1]) then
+        fresh[#fresh + 1] = i
+    end
+end
+return fresh
+"""
+)
 
 
 class LockStoreUnavailable(TickworkError):
@@ -112,6 +155,7 @@ class RedisLocks:
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._extend = self._redis.register_script(_EXTEND)
         self._release = self._redis.register_script(_RELEASE)
+        self._fresh = self._redis.register_script(_FRESH)
 
     def key(self, task_id: int) -> str:
         return f"{self.prefix}lock:task:{task_id}"
@@ -120,36 +164,44 @@ class RedisLocks:
         """Take the lock of one task for ``ttl_seconds``; the owner token, or None if held."""
         return self.acquire_many([(task_id, ttl_seconds)])[task_id]
 
-    def acquire_many(self, items: list[tuple[int, float]]) -> dict[int, str | None]:
+    def acquire_many(
+        self, items: list[tuple[int, float]], *, stale_after: float | None = None
+    ) -> dict[int, str | None]:
         """Take the locks of ``(task_id, ttl_seconds)`` pairs in one round trip.
 
         Each lock gets its own random token, which is needed to extend or release it. A task
-        whose key exists (held by anyone, including this node) maps to None.
+        whose key exists (held by anyone, including this node) maps to None, unless its
+        holder last extended it more than ``stale_after`` seconds ago: such a holder is
+        dead or cut off (a live one extends with every heartbeat), and the lock is taken over.
         """
         ids = [task_id for task_id, _ in items]
         if len(set(ids)) != len(ids):  # a second SET NX would fail and lose the first token
             raise InvalidInput("task_ids", ids, "must not repeat within one batch")
-        tokens = {task_id: secrets.token_hex(16) for task_id in ids}
-        commands = [(task_id, tokens[task_id], _ttl_ms(ttl)) for task_id, ttl in items]
+        stale_ms = 0 if stale_after is None else _ttl_ms(stale_after)
+        commands = [(task_id, f"{secrets.token_hex(16)}:{_ttl_ms(ttl)}", _ttl_ms(ttl)) for task_id, ttl in items]
 
         def run(pipe: Pipeline) -> None:
             for task_id, token, ms in commands:
-                self._acquire(keys=[self.key(task_id)], args=[token, ms], client=pipe)
+                self._acquire(keys=[self.key(task_id)], args=[token, ms, stale_ms], client=pipe)
 
         results = self._pipeline(run)
         return {task_id: token if ok else None for (task_id, token, _), ok in zip(commands, results, strict=True)}
 
-    def extend_many(self, items: list[tuple[int, str, float]]) -> dict[int, bool]:
+    def extend_many(self, items: list[tuple[int, str, float]], *, retake: bool = False) -> dict[int, bool]:
         """Reset the TTL of ``(task_id, token, ttl_seconds)`` locks still held with ``token``.
 
-        False means the lock is lost (expired, or now someone else's): the caller must treat
-        it like a lost lease. Nothing is changed for a key that holds another token.
+        False means the lock is lost (now someone else's, or expired): the caller must treat
+        it like a lost lease. Nothing is changed for a key that holds another token. With
+        ``retake``, a key that no longer exists is set again with ``token``: for a caller
+        that has just confirmed its ownership in the database (Redis lost its data, the
+        run did not change hands).
         """
         commands = [(task_id, token, _ttl_ms(ttl)) for task_id, token, ttl in items]
+        flag = "1" if retake else "0"
 
         def run(pipe: Pipeline) -> None:
             for task_id, token, ms in commands:
-                self._extend(keys=[self.key(task_id)], args=[token, ms], client=pipe)
+                self._extend(keys=[self.key(task_id)], args=[token, ms, flag], client=pipe)
 
         results = self._pipeline(run)
         return {task_id: bool(ok) for (task_id, _, _), ok in zip(commands, results, strict=True)}
@@ -183,6 +235,20 @@ class RedisLocks:
             return set()
         values = self._call(lambda: self._redis.mget([self.key(i) for i in ids]))
         return {task_id for task_id, value in zip(ids, values, strict=True) if value is not None}
+
+    def extended_within(self, task_ids: Iterable[int], seconds: float) -> set[int]:
+        """The ids among ``task_ids`` whose lock its holder extended in the last ``seconds``.
+
+        For the reconciler: a run whose lease expired but whose lock is still being extended
+        belongs to a live node (whose database connection is failing, say); a lock that
+        merely has not expired yet (a long TTL) proves nothing.
+        """
+        ids = list(task_ids)
+        if not ids:
+            return set()
+        window = _ttl_ms(seconds)
+        found = self._call(lambda: self._fresh(keys=[self.key(i) for i in ids], args=[window]))
+        return {ids[int(i) - 1] for i in found}
 
     def ping(self) -> bool:
         """True if Redis answers now; never raises."""

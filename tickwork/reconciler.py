@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime
 
 from tickwork.events import Events, for_outcome
@@ -27,15 +28,28 @@ log = logging.getLogger("tickwork.reconciler")
 BATCH = 100
 
 
-def reconcile(store: Store, node_ttl: float = 90.0, events: Events | None = None) -> int:
+def reconcile(
+    store: Store,
+    node_ttl: float = 90.0,
+    events: Events | None = None,
+    live: Callable[[list[int]], set[int]] | None = None,
+) -> int:
     """Recover one batch of expired and one of overrun runs and forget nodes silent for
-    ``node_ttl`` seconds; return how many runs this call recovered."""
+    ``node_ttl`` seconds; return how many runs this call recovered.
+
+    ``live`` (with Redis locks) names the tasks whose lock is still being extended: their
+    node is alive though its lease lapsed, so their runs are not lost (yet)."""
     pruned = store.prune_nodes(node_ttl)
     if pruned:
         log.warning("removed %d node rows with no heartbeat for %.0f s", pruned, node_ttl)
-    return _recover(store, store.expired(BATCH), events, overrun=False) + _recover(
-        store, store.overrun(BATCH), events, overrun=True
-    )
+    expired = store.expired(BATCH)
+    if expired and live is not None:
+        alive = live([c.task.id for c in expired])
+        for claim in expired:
+            if claim.task.id in alive:
+                log.info("task %s: lease expired but its Redis lock is still extended; not lost", claim.task.id)
+        expired = [c for c in expired if c.task.id not in alive]
+    return _recover(store, expired, events, overrun=False) + _recover(store, store.overrun(BATCH), events, overrun=True)
 
 
 def _recover(store: Store, claims: list[Claim], events: Events | None, *, overrun: bool) -> int:

@@ -152,6 +152,7 @@ class Worker:
         self._reconciler: threading.Thread | None = None
         self._monitor_failed: BaseException | None = None
         self._recorder: Recorder[Run] = Recorder(self.store, self.node_id, self._written)
+        self.locks = app.node_locks()
         self.started = threading.Event()
         self.stopped = threading.Event()
 
@@ -218,6 +219,10 @@ class Worker:
                 wakeup.clear()
                 continue
             claimed = 0
+            if free > 0 and self.locks is not None and not self.locks.may_start():
+                wakeup.wait(self.app.poll_interval)  # redis_mode="required" and Redis is down
+                wakeup.clear()
+                continue
             if free > 0:
                 attempted_at = self.store.approximate_now()
                 try:
@@ -234,12 +239,34 @@ class Worker:
                     continue
                 failures = 0
                 claimed = len(claims)
+                tokens, refused = self._lock(claims)
                 for claim in claims:
-                    self._dispatch(claim)
+                    if claim.execution_id not in refused:
+                        self._dispatch(claim, tokens.get(claim.execution_id))
+                if refused and len(refused) == claimed:
+                    # Locked by live nodes (or Redis down in required mode): do not spin on them.
+                    wakeup.wait(self.app.poll_interval)
+                    wakeup.clear()
+                    continue
                 if claimed == free:
                     continue  # every slot filled: more may be due
             wakeup.wait(self._sleep_for(free - claimed))
             wakeup.clear()
+
+    def _lock(self, claims: list[Claim]) -> tuple[dict[int, str], set[int]]:
+        """Take the Redis locks of fresh claims; give back those another node holds.
+        Returns the tokens and the execution ids given back, both by execution id."""
+        if self.locks is None or not claims:
+            return {}, set()
+        taken = self.locks.take(claims)
+        if taken.refused:
+            try:
+                self.store.release(self.node_id, taken.refused)
+            except Exception:
+                log.warning(
+                    "could not give back %d claims; their leases will expire", len(taken.refused), exc_info=True
+                )
+        return taken.tokens, {c.execution_id for c in taken.refused}
 
     def _give_back_lost_claims(self, since: datetime) -> None:
         """A claim can commit while its reply is lost: the rows are ours, but nothing here
@@ -269,11 +296,13 @@ class Worker:
             log.exception("next_due_at failed")
             return cap
 
-    def _dispatch(self, claim: Claim) -> None:
+    def _dispatch(self, claim: Claim, lock_token: str | None = None) -> None:
         definition = self.app.registry.get(claim.task.name)
         if definition is None:  # cannot happen: we only claim registered names
             raise RuntimeError(f"claimed unregistered task {claim.task.name!r}")
         run = Run(claim, definition)
+        if lock_token is not None and self.locks is not None:
+            run.lock_token, run.lock_ttl = lock_token, self.locks.ttl_for(claim.task)
         with self._runs_lock:
             self._runs[run.execution_id] = run
         self._pool.submit(run)
@@ -332,6 +361,14 @@ class Worker:
             log.warning("task %s: lease lost before the run started; not running it", run.task_id)
             self._forget([run])
             return
+        if run.cancel_reason is CancelReason.LOCK_LOST:
+            log.warning("task %s: Redis lock lost before the run started; giving the claim back", run.task_id)
+            try:
+                self.store.release(self.node_id, [run.claim])
+            except Exception:
+                log.warning("could not give back task %s; its lease will expire", run.task_id, exc_info=True)
+            self._forget([run])
+            return
         log.info("task %s: %s before the run started", run.task_id, run.cancel_reason)
         self._record(run, self.executor.cancelled(run))
 
@@ -366,6 +403,8 @@ class Worker:
                     self.app.events.emit(event, payload)
 
     def _forget(self, runs: list[Run]) -> None:
+        if self.locks is not None:
+            self.locks.release(runs)  # after the write, before another claim can want them
         with self._runs_changed:
             for run in runs:
                 self._runs.pop(run.execution_id, None)
@@ -401,9 +440,12 @@ class Worker:
             renewals = self.store.renew(self.node_id, [(r.task_id, r.claim.fence) for r in runs], self.app.lease)
         except Exception:
             log.warning("renewing leases failed", exc_info=True)
-            self._cancel_unrenewed(runs)
+            kept = self._extend_locks([], runs)
+            self._cancel_unrenewed([r for r in runs if r.execution_id not in kept])
         else:
             self._apply_renewals(runs, renewals, asked)
+            renewed = {(r.task_id, r.fence) for r in renewals}
+            self._extend_locks([r for r in runs if (r.task_id, r.claim.fence) in renewed], [])
         try:
             self.store.node_heartbeat(self.node_id, len(runs))
         except Exception:
@@ -427,6 +469,18 @@ class Worker:
             run.renewed_at = asked
             if renewal.cancel_requested:
                 run.request_cancel(CancelReason.CANCEL_RUN if renewal.run_only else CancelReason.CANCEL)
+
+    def _extend_locks(self, confirmed: list[Run], unconfirmed: list[Run]) -> set[int]:
+        """Extend the Redis locks with the leases; a lock another node took stops its run.
+        Returns the unconfirmed runs whose lock was kept (this node is alive and on them)."""
+        if self.locks is None:
+            return set()
+        lost, kept = self.locks.extend(confirmed, unconfirmed)
+        for run in [*confirmed, *unconfirmed]:
+            if run.execution_id in lost and not run.finished:
+                log.warning("task %s: its Redis lock was taken by another node; cancelling the run", run.task_id)
+                run.request_cancel(CancelReason.LOCK_LOST)
+        return kept
 
     def _cancel_unrenewed(self, runs: list[Run]) -> None:
         limit = self.app.lease * LEASE_SAFETY
@@ -472,7 +526,9 @@ class Worker:
         """Zombie recovery, on its own thread so that a slow pass never delays renewals."""
         while not self._monitor_stop.is_set():
             try:
-                if reconcile(self.store, node_ttl=max(NODE_TTL_FLOOR_S, 3 * self.app.lease), events=self.app.events):
+                node_ttl = max(NODE_TTL_FLOOR_S, 3 * self.app.lease)
+                live = self.locks.live if self.locks is not None else None
+                if reconcile(self.store, node_ttl=node_ttl, events=self.app.events, live=live):
                     self.app.wakeup.set()  # recovered runs are due again: claim them now, not at the next poll
             except Exception:
                 log.warning("reconciler pass failed", exc_info=True)
@@ -497,6 +553,8 @@ class Worker:
                 thread.join(timeout=5)
         self._pool.shutdown()
         self.executor.close()
+        if self.locks is not None:
+            self.locks.close()
         try:
             self.store.remove_node(self.node_id)
         except Exception:
@@ -516,6 +574,8 @@ class Worker:
             log.info("gave back %d claimed but unstarted tasks", released)
         except Exception:
             log.warning("could not give back unstarted claims; their leases will expire", exc_info=True)
+        if self.locks is not None:
+            self.locks.release(unstarted)
         with self._runs_changed:
             for run in unstarted:
                 self._runs.pop(run.execution_id, None)

@@ -6,10 +6,13 @@ write per line, so lines from concurrent runs never interleave)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import time
 from pathlib import Path
+
+import redis
 
 from tickwork import App, Context
 
@@ -21,6 +24,9 @@ app = App(
     claim=os.environ.get("TICKWORK_TEST_CLAIM") or None,
     webhook_url=os.environ.get("TICKWORK_TEST_WEBHOOK") or None,
     webhook_secret=os.environ.get("TICKWORK_TEST_WEBHOOK_SECRET") or None,
+    redis_url=os.environ.get("TICKWORK_TEST_REDIS_URL") or None,
+    redis_prefix=os.environ.get("TICKWORK_TEST_REDIS_PREFIX") or "tickwork:",
+    redis_mode=os.environ.get("TICKWORK_TEST_REDIS_MODE") or "best_effort",
 )
 
 
@@ -129,3 +135,20 @@ def overrun(ctx: Context) -> None:
     while not ctx.cancelled:
         time.sleep(0.01)
     record(ctx, phase="saw_cancel")
+
+
+@functools.cache
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["TICKWORK_TEST_REDIS_URL"], socket_timeout=0.5, socket_connect_timeout=0.5)
+
+
+@app.task(name="test.record_locked")
+def record_locked(ctx: Context, hold: float = 0.0) -> None:
+    """Records whether this run's Redis lock is held while it runs (None: Redis down)."""
+    key = f"{os.environ['TICKWORK_TEST_REDIS_PREFIX']}lock:task:{ctx.task_id}"
+    try:
+        locked: bool | None = _redis().exists(key) == 1
+    except redis.RedisError:
+        locked = None
+    record(ctx, locked=locked)
+    time.sleep(hold)  # the task's own work
