@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.redis_support import redis_prefix, redis_url  # noqa: F401  # fixtures for every test module
 from tests.workers import Fleet, client_for
 from tickwork import App
 from tickwork.store import Store, open_store

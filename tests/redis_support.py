@@ -1,6 +1,6 @@
 """Fixtures for tests against the real Redis server (``TICKWORK_TEST_REDIS``).
 
-Use them with ``from tests.redis_support import redis_url, redis_prefix  # noqa: F401``.
+tests/conftest.py imports them, so every test module can ask for them.
 Without a reachable Redis a developer's run skips these tests; in CI that is a failure.
 """
 

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import redis
 
-from tests.redis_support import redis_prefix, redis_url  # noqa: F401  (pytest fixtures)
 from tickwork.errors import InvalidInput, TickworkError
 from tickwork.locks import LockStoreUnavailable, RedisLocks
 
@@ -28,14 +27,14 @@ ATTEMPTS = 1000  # acquire attempts per process
 
 
 @pytest.fixture
-def locks(redis_url: str, redis_prefix: str) -> Iterator[RedisLocks]:  # noqa: F811
+def locks(redis_url: str, redis_prefix: str) -> Iterator[RedisLocks]:
     store = RedisLocks(redis_url, redis_prefix)
     yield store
     store.close()
 
 
 @pytest.fixture
-def raw(redis_url: str) -> Iterator[redis.Redis]:  # noqa: F811
+def raw(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
@@ -83,7 +82,7 @@ def _race(url: str, prefix: str, seed: int, out: str, barrier: Any) -> None:
     Path(out).write_text(json.dumps({"held": held, "misses": misses, "lost": lost}))
 
 
-def test_eight_processes_racing_for_1000_ids_never_overlap(redis_url: str, redis_prefix: str, tmp_path: Path) -> None:  # noqa: F811
+def test_eight_processes_racing_for_1000_ids_never_overlap(redis_url: str, redis_prefix: str, tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(PROCESSES)
     outs = [tmp_path / f"racer-{n}.json" for n in range(PROCESSES)]
@@ -179,7 +178,7 @@ def test_held_lock_is_not_acquired_again_until_released(locks: RedisLocks) -> No
     assert locks.alive([]) == set()
 
 
-def test_prefixes_isolate_lock_sets(redis_url: str, redis_prefix: str) -> None:  # noqa: F811
+def test_prefixes_isolate_lock_sets(redis_url: str, redis_prefix: str) -> None:
     a = RedisLocks(redis_url, redis_prefix + "a:")
     b = RedisLocks(redis_url, redis_prefix + "b:")
     ta, tb = a.acquire(5, 10.0), b.acquire(5, 10.0)
@@ -200,7 +199,7 @@ def test_bad_ttl_is_rejected_naming_the_field(locks: RedisLocks, ttl: Any) -> No
     assert locks.alive([1]) == set()
 
 
-def test_bad_prefix_and_repeated_ids_are_rejected(redis_url: str, locks: RedisLocks) -> None:  # noqa: F811
+def test_bad_prefix_and_repeated_ids_are_rejected(redis_url: str, locks: RedisLocks) -> None:
     for prefix in ["", None, 3]:
         with pytest.raises(InvalidInput) as err:
             RedisLocks(redis_url, prefix)  # type: ignore[arg-type]

@@ -54,6 +54,10 @@ class NodeLocks:
         self.lock_ttl = lock_ttl
         self._down_since: float | None = None
         self._state_lock = threading.Lock()
+        # Extension (which may re-take a vanished key) and release never interleave: a
+        # lock released after its result was written must not be re-taken by a heartbeat
+        # that confirmed the run a moment before the write.
+        self._tokens_lock = threading.Lock()
 
     def ttl_for(self, task: Task) -> float:
         """Above the run's expected length: ``lock_ttl`` if set, else the task's timeout
@@ -107,31 +111,36 @@ class NodeLocks:
         lost: set[int] = set()
         kept: set[int] = set()
         try:
-            for runs, retake in batches:
-                locked = [r for r in runs if r.lock_token is not None]
-                if not locked:
-                    continue
-                results = self.locks.extend_many(
-                    [(r.task_id, r.lock_token, r.lock_ttl) for r in locked if r.lock_token is not None], retake=retake
-                )
-                for run in locked:
-                    (kept if results[run.task_id] else lost).add(run.execution_id)
+            with self._tokens_lock:
+                self._extend(batches, lost, kept)
         except LockStoreUnavailable as exc:
             self._outage(exc)
             return lost, set()
         self._recovered()
         return lost, kept
 
+    def _extend(self, batches: list[tuple[Sequence[Run], bool]], lost: set[int], kept: set[int]) -> None:
+        for runs, retake in batches:
+            locked = [r for r in runs if r.lock_token is not None]
+            if not locked:
+                continue
+            results = self.locks.extend_many(
+                [(r.task_id, r.lock_token, r.lock_ttl) for r in locked if r.lock_token is not None], retake=retake
+            )
+            for run in locked:
+                (kept if results[run.task_id] else lost).add(run.execution_id)
+
     def release(self, runs: Sequence[Run]) -> None:
-        items = [(r.task_id, r.lock_token) for r in runs if r.lock_token is not None]
-        for run in runs:
-            run.lock_token = None
-        if not items:
-            return
-        try:
-            self.locks.release_many([(task_id, token) for task_id, token in items if token is not None])
-        except LockStoreUnavailable as exc:
-            self._outage(exc)  # the locks expire by themselves
+        with self._tokens_lock:
+            items = [(r.task_id, r.lock_token) for r in runs if r.lock_token is not None]
+            for run in runs:
+                run.lock_token = None
+            if not items:
+                return
+            try:
+                self.locks.release_many([(task_id, token) for task_id, token in items if token is not None])
+            except LockStoreUnavailable as exc:
+                self._outage(exc)  # the locks expire by themselves
 
     def live(self, task_ids: Sequence[int]) -> set[int]:
         """Of these tasks, those whose lock is still being extended (for the reconciler).
