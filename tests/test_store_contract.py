@@ -1323,3 +1323,26 @@ def test_cancel_run_only_is_spent_by_the_run_and_a_full_cancel_overrides_it(stor
     store.cancel(task.id)
     assert store.finish("node-a", [outcome_of(c2, ExecutionStatus.CANCELLED, store.now())]) == [True]
     assert get(store, task.id).status is Status.CANCELLED
+
+
+# -- stats --------------------------------------------------------------------------------------
+
+
+def test_stats_report_depth_oldest_age_statuses_and_recent_runs(store: Store) -> None:
+    empty = store.stats()
+    assert (empty.depth, empty.oldest_age, empty.running, empty.by_status) == (0, None, 0, {})
+    store.insert_tasks([one_time(store, offset=-30.0), one_time(store, offset=-5.0), one_time(store, offset=-1.0)])
+    store.insert_tasks([one_time(store, offset=3600.0)])  # not due: not in the queue
+    claimed = claim_one(store)  # the oldest (30 s) leaves the queue
+    stats = store.stats()
+    assert stats.depth == 2
+    assert stats.oldest_age is not None and 5.0 <= stats.oldest_age < 10.0
+    assert store.queue_depth()[0] == 2
+    assert stats.running == 1 and stats.by_status == {"PENDING": 3, "RUNNING": 1}
+    assert stats.runs_last_minute == {} and not stats.window_full
+    store.finish("node-a", [outcome_of(claimed, ExecutionStatus.FAILED, store.now(), error=ErrorInfo("E", "x"))])
+    ok = claim_one(store)
+    store.finish("node-a", [outcome_of(ok, ExecutionStatus.COMPLETED, store.now())])
+    after = store.stats()
+    assert after.runs_last_minute == {"FAILED": 1, "COMPLETED": 1} == after.runs_last_hour
+    assert after.by_status == {"PENDING": 2, "FAILED": 1, "COMPLETED": 1} and after.depth == 1

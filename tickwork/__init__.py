@@ -14,7 +14,19 @@ from tickwork.errors import (
     TickworkError,
     UnknownTask,
 )
-from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Status, Task
+from tickwork.model import (
+    ErrorInfo,
+    Execution,
+    ExecutionStatus,
+    Kind,
+    Misfire,
+    Node,
+    OnLost,
+    Overlap,
+    Stats,
+    Status,
+    Task,
+)
 from tickwork.registry import Isolation
 
 __all__ = [
@@ -35,6 +47,7 @@ __all__ = [
     "OnLost",
     "Overlap",
     "PayloadTooLarge",
+    "Stats",
     "Status",
     "StoreError",
     "Task",

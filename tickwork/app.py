@@ -21,7 +21,7 @@ from tickwork.codec import check_json, dumps
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
 from tickwork.events import Events, Hook
 from tickwork.locks import RedisLocks
-from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Status, Task
+from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Stats, Status, Task
 from tickwork.node_locks import NodeLocks, RedisMode
 from tickwork.registry import Isolation, Registry, TaskOptions
 from tickwork.schedules import (
@@ -442,6 +442,11 @@ class App:
 
     def nodes(self) -> list[Node]:
         return self.store.list_nodes()
+
+    def stats(self) -> Stats:
+        """Queue depth and the age of the oldest due task, tasks per status, runs that
+        ended in the last minute and hour per status, live nodes."""
+        return self.store.stats()
 
     # -- managing ---------------------------------------------------------------------------------
 

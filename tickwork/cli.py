@@ -251,6 +251,25 @@ def executions(ctx: click.Context, task_id: int, limit: int) -> None:
 
 
 @main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the numbers as one JSON object.")
+@click.pass_context
+@errors_as_messages
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Queue depth and oldest due age, running tasks, nodes, runs per minute by status."""
+    numbers = client(ctx).stats()
+    if as_json:
+        click.echo(json.dumps(numbers.to_dict(), sort_keys=True))
+        return
+    age = "-" if numbers.oldest_age is None else f"{numbers.oldest_age:.1f} s"
+    console.print(f"queue depth {numbers.depth} (due, unclaimed); oldest due {age} ago")
+    console.print(f"running {numbers.running}; nodes {numbers.nodes}")
+    console.print("tasks: " + (", ".join(f"{k} {v}" for k, v in sorted(numbers.by_status.items())) or "none"))
+    note = " (of the newest runs only)" if numbers.window_full else ""
+    for label, runs in (("last minute", numbers.runs_last_minute), ("last hour", numbers.runs_last_hour)):
+        console.print(f"runs {label}{note}: " + (", ".join(f"{k} {v}" for k, v in sorted(runs.items())) or "none"))
+
+
+@main.command()
 @click.argument("expression")
 @click.option("--timezone", default="UTC", show_default=True)
 @click.option("-n", "count", default=5, show_default=True, type=click.IntRange(1, 1000))

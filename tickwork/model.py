@@ -162,6 +162,29 @@ class Execution:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Stats:
+    """The queue and the cluster at one moment, as the store sees them."""
+
+    depth: int
+    """Tasks due and not claimed."""
+    oldest_age: float | None
+    """Seconds since the oldest due, unclaimed task came due (None: none is due) — the
+    signal to autoscale on: it grows when the nodes cannot keep up, whatever the depth."""
+    running: int
+    nodes: int
+    by_status: dict[str, int]
+    """Tasks per status."""
+    runs_last_minute: dict[str, int]
+    """Executions that ended in the last minute, per execution status."""
+    runs_last_hour: dict[str, int]
+    window_full: bool = False
+    """The per-minute/hour counts looked at only the newest executions and may be low."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Node:
     id: str
     host: str

@@ -28,6 +28,7 @@ from tickwork.model import (
     Node,
     OnLost,
     Overlap,
+    Stats,
     Status,
     Task,
 )
@@ -261,6 +262,14 @@ class Store(Protocol):
         ...
 
     def list_nodes(self) -> list[Node]: ...
+
+    def queue_depth(self) -> tuple[int, datetime | None]:
+        """How many tasks are due and unclaimed, and the due time of the oldest of them."""
+        ...
+
+    def stats(self) -> Stats:
+        """Queue depth and age, tasks per status, recent runs per status, live nodes."""
+        ...
 
     def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
         """Block until ``stop`` is set, calling ``on_notify(payload)`` for each change

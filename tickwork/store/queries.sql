@@ -221,3 +221,23 @@ DELETE FROM tickwork_nodes WHERE heartbeat_at < :cutoff;
 
 -- name: list_nodes
 SELECT * FROM tickwork_nodes ORDER BY started_at;
+
+-- name: queue_depth
+-- Due and unclaimed: what the nodes have not caught up with. Both numbers come from the
+-- claim index (PENDING, by next_run_at), so every replica reports the same at scrape time.
+SELECT COUNT(*) AS depth, MIN(next_run_at) AS oldest FROM tickwork_tasks
+WHERE status = 'PENDING' AND next_run_at <= :now;
+
+-- name: count_by_status
+SELECT status, COUNT(*) AS n FROM tickwork_tasks GROUP BY status;
+
+-- name: recent_runs
+-- Runs that ended in the last minute and hour, by status, from the newest :window
+-- executions (a bounded walk of the primary key, not a scan of the whole log).
+SELECT status,
+       SUM(CASE WHEN finished_at >= :minute_ago THEN 1 ELSE 0 END) AS last_minute,
+       SUM(CASE WHEN finished_at >= :hour_ago THEN 1 ELSE 0 END) AS last_hour,
+       COUNT(*) AS seen
+FROM (SELECT status, finished_at FROM tickwork_executions ORDER BY id DESC LIMIT :window) AS recent
+WHERE finished_at IS NOT NULL
+GROUP BY status;

@@ -24,12 +24,16 @@ from tickwork.model import (
     Node,
     OnLost,
     Overlap,
+    Stats,
     Status,
     Task,
 )
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 
 log = logging.getLogger("tickwork.store")
+
+# stats() counts recent runs among this many newest executions, at most.
+RECENT_RUNS_WINDOW = 200_000
 
 Row = Mapping[str, Any]
 E = TypeVar("E")
@@ -516,6 +520,38 @@ class SQLStore:
         with d.transaction() as s:
             cutoff = d.encode_time(d.approximate_now() - timedelta(seconds=silent_for))
             return s.execute("prune_nodes", {"cutoff": cutoff, "silent_for": silent_for})
+
+    def queue_depth(self) -> tuple[int, datetime | None]:
+        d = self.dialect
+        with d.reader() as s:
+            row = s.fetch_one("queue_depth", {"now": d.encode_time(d.approximate_now())})
+        if row is None:
+            return 0, None
+        return int(row["depth"]), d.decode_time(row["oldest"])
+
+    def stats(self) -> Stats:
+        d = self.dialect
+        now = d.approximate_now()
+        params = {
+            "minute_ago": d.encode_time(now - timedelta(minutes=1)),
+            "hour_ago": d.encode_time(now - timedelta(hours=1)),
+            "window": RECENT_RUNS_WINDOW,
+        }
+        depth, oldest = self.queue_depth()
+        with d.reader() as s:
+            by_status = {r["status"]: int(r["n"]) for r in s.fetch_all("count_by_status", {})}
+            recent = s.fetch_all("recent_runs", params)
+            nodes = len(s.fetch_all("list_nodes", {}))
+        return Stats(
+            depth=depth,
+            oldest_age=None if oldest is None else max(0.0, (now - oldest).total_seconds()),
+            running=by_status.get("RUNNING", 0),
+            nodes=nodes,
+            by_status=by_status,
+            runs_last_minute={r["status"]: int(r["last_minute"]) for r in recent if int(r["last_minute"])},
+            runs_last_hour={r["status"]: int(r["last_hour"]) for r in recent if int(r["last_hour"])},
+            window_full=sum(int(r["seen"]) for r in recent) >= RECENT_RUNS_WINDOW,
+        )
 
     def list_nodes(self) -> list[Node]:
         with self.dialect.reader() as s:
