@@ -20,7 +20,7 @@ from rich.table import Table
 
 from tickwork.app import App
 from tickwork.errors import InvalidInput, TickworkError
-from tickwork.metrics import serve_metrics
+from tickwork.metrics import serve_metrics, watch_queue
 from tickwork.model import Execution, Status, Task
 from tickwork.schedules import CronSchedule, fire_times
 from tickwork.store.sqlite import path_from_url
@@ -101,6 +101,7 @@ def worker(app_spec: str, concurrency: int, metrics_port: int | None, metrics_ho
         logging.getLogger("tickwork").setLevel(logging.INFO)
     app = load_app(app_spec)
     if metrics_port is not None:
+        watch_queue(lambda: app.store)
         serve_metrics(metrics_port, metrics_host)
     app.run_worker(concurrency=concurrency)
 

@@ -1,13 +1,28 @@
-"""Prometheus metrics of this process (prometheus-client's default registry).
+"""Prometheus metrics (prometheus-client's default registry).
 
-Labels never carry task ids or arguments: a label value per task would grow the
-series without bound. ``serve_metrics`` exposes them for ``tickwork worker
---metrics-port``.
+Two kinds: counters and histograms of what this process did (runs, durations,
+lateness, stale writes, recoveries), and queue gauges read from the database at scrape
+time (depth, oldest due age, nodes), so every replica reports the same queue and an
+autoscaler may scrape any of them. Labels never carry task ids or arguments: a label
+value per task would grow the series without bound; the task *name* is bounded by the
+registered functions.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, start_http_server
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from tickwork.store.base import Store
+
+log = logging.getLogger("tickwork.metrics")
 
 STALE_RESULTS = Counter(
     "tickwork_stale_results",
@@ -20,8 +35,70 @@ RECOVERED = Counter(
     "Runs this node's reconciler took over: lost with their node, or past max_runtime.",
     ["reason"],  # "lost" or "max_runtime"
 )
+RUNS = Counter(
+    "tickwork_task_runs", "Runs recorded by this node, by task name and execution status.", ["task", "status"]
+)
+DURATION = Histogram(
+    "tickwork_task_duration_seconds",
+    "How long runs took on this node, from start to end.",
+    ["task"],
+    buckets=(0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600),
+)
+LATENESS = Histogram(
+    "tickwork_task_lateness_seconds",
+    "How late runs started on this node, after the slot they were for (jitter included).",
+    ["task"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+)
+RUNNING = Gauge("tickwork_running", "Runs this node holds now (running, or claimed and waiting for a slot).")
+SLOTS = Gauge("tickwork_slots", "Run slots of this node (its concurrency; it moves with autoscaling).")
+
+
+class QueueCollector(Collector):
+    """Queue gauges computed from the store when scraped."""
+
+    def __init__(self, store: Callable[[], Store]) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            store = self._store()
+            depth, oldest = store.queue_depth()
+            age = 0.0 if oldest is None else max(0.0, (store.approximate_now() - oldest).total_seconds())
+            nodes = len(store.list_nodes())
+        except Exception:  # a scrape must not fail because the database is away
+            log.warning("queue metrics unavailable", exc_info=True)
+            return
+        yield GaugeMetricFamily("tickwork_queue_depth", "Tasks due and not claimed by any node.", value=depth)
+        yield GaugeMetricFamily(
+            "tickwork_queue_oldest_age_seconds",
+            "Seconds since the oldest due, unclaimed task came due (0 when none is): scale out when it grows.",
+            value=age,
+        )
+        yield GaugeMetricFamily("tickwork_nodes", "Worker nodes with a live heartbeat.", value=nodes)
+
+
+_collector_lock = threading.Lock()
+_collector: QueueCollector | None = None
+
+
+def watch_queue(store: Callable[[], Store]) -> None:
+    """Export the queue gauges of one App's store (the first one asked for, per process;
+    ``store`` is called at each scrape, so a reopened store is followed)."""
+    global _collector
+    with _collector_lock:
+        if _collector is None:
+            _collector = QueueCollector(store)
+            REGISTRY.register(_collector)
+
+
+def exposition() -> tuple[bytes, str]:
+    """The /metrics body and its content type."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
 def serve_metrics(port: int, host: str = "0.0.0.0") -> None:  # scraped from other hosts
     """Serve /metrics on a daemon thread."""
+    from prometheus_client import start_http_server
+
     start_http_server(port, addr=host)
