@@ -262,3 +262,36 @@ def test_a_refused_schedule_creates_no_database(tmp_path: Any) -> None:
     with pytest.raises(InvalidInput, match="cron="):
         app.schedule("f", cron="bad")
     assert not path.exists()
+
+
+def test_max_pending_refuses_the_task_that_would_pass_it_and_harms_nothing(store_url: str) -> None:
+    from tickwork import QueueFull
+
+    app = App(store_url, max_pending=1000)
+
+    @app.task(name="job")
+    def job(ctx: Context) -> None: ...
+
+    try:
+        app.schedule_many([{"task": "job", "key": f"k{i}"} for i in range(1000)])
+        before = [(t.id, t.status, t.version) for t in app.tasks(limit=10_000)]
+        with pytest.raises(QueueFull, match=r"max_pending=1000: 1000 tasks are due and unclaimed") as raised:
+            app.schedule("job")
+        assert (raised.value.field, raised.value.limit, raised.value.depth) == ("max_pending", 1000, 1000)
+        with pytest.raises(QueueFull):
+            app.schedule_many([{"task": "job", "delay": 3600}, {"task": "job"}])  # all or nothing
+        assert [(t.id, t.status, t.version) for t in app.tasks(limit=10_000)] == before
+        later = app.schedule("job", delay=3600)  # not due: it adds nothing to the queue now
+        assert later.status is Status.PENDING
+        claims = app.store.claim("node", ["job"], 10, 30.0)  # the nodes catch up a little
+        assert len(claims) == 10
+        assert app.schedule("job").status is Status.PENDING
+        assert app.stats().depth == 991
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "10"])
+def test_max_pending_must_be_a_positive_count(sqlite_url: str, bad: Any) -> None:
+    with pytest.raises(InvalidInput, match="^max_pending="):
+        App(sqlite_url, max_pending=bad)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, overload
 
 from tickwork.clock import Clock, utcnow
 from tickwork.codec import check_json, dumps
-from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
+from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, QueueFull, TaskNotFound
 from tickwork.events import Events, Hook
 from tickwork.locks import RedisLocks
 from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Stats, Status, Task
@@ -67,6 +67,7 @@ class App:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         webhook_url: str | None = None,
         webhook_secret: str | None = None,
+        max_pending: int | None = None,
         redis_url: str | None = None,
         redis_prefix: str = "tickwork:",
         redis_mode: str = "best_effort",
@@ -92,6 +93,11 @@ class App:
         if isinstance(max_payload, bool) or not isinstance(max_payload, int) or max_payload <= 0:
             raise InvalidInput("max_payload", max_payload, "must be a positive number of bytes")
         self.max_payload = max_payload
+        if max_pending is not None and (
+            isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1
+        ):
+            raise InvalidInput("max_pending", max_pending, "must be a positive number of tasks, or None (no limit)")
+        self.max_pending = max_pending
         self.clock = clock
         self.registry = Registry()
         self.events = Events(webhook_url, webhook_secret)
@@ -278,6 +284,7 @@ class App:
             max_retries=max_retries, retry_backoff=retry_backoff, priority=priority, max_catchup=max_catchup,
             overlap=overlap,
         )  # fmt: skip
+        self._check_backpressure([new])
         [stored] = self.store.insert_tasks([new])
         self.wakeup.set()
         return stored
@@ -301,9 +308,24 @@ class App:
                 raise type(exc)(f"items[{index}].{exc.field}", exc.value, exc.reason) from exc
             except TypeError as exc:
                 raise InvalidInput(f"items[{index}]", sorted(fields), str(exc)) from exc
+        self._check_backpressure(news)
         stored = self.store.insert_tasks(news) if news else []
         self.wakeup.set()
         return stored
+
+    def _check_backpressure(self, news: list[NewTask]) -> None:
+        """``max_pending``: refuse new work while the nodes are that far behind.
+
+        Counts due-and-unclaimed tasks (a bounded count: it stops at the limit). A soft
+        limit: producers scheduling at the same moment each see the depth before the
+        other's insert, so together they can pass it by their own batch sizes."""
+        if self.max_pending is None or not news:
+            return
+        now = self.store.approximate_now()
+        due_now = sum(1 for new in news if new.next_run_at <= now)
+        depth = self.store.due_count(self.max_pending + 1)
+        if depth + due_now > self.max_pending:
+            raise QueueFull(self.max_pending, depth, due_now)
 
     def _new_task(
         self,

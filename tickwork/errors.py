@@ -64,5 +64,21 @@ class Cancelled(TickworkError):
     """Raised inside a task by ``ctx.raise_if_cancelled()`` once cancellation was requested."""
 
 
+class QueueFull(TickworkError):
+    """``max_pending`` is reached: the nodes are behind, nothing was stored. Retry later
+    (the HTTP API answers 429)."""
+
+    def __init__(self, limit: int, depth: int, adding: int) -> None:
+        self.field = "max_pending"
+        self.limit = limit
+        self.depth = depth
+        self.adding = adding
+        shown = f"{depth}+" if depth > limit else str(depth)
+        super().__init__(
+            f"max_pending={limit}: {shown} tasks are due and unclaimed; adding {adding} more due now "
+            "would exceed the limit (nothing was stored; retry later)"
+        )
+
+
 class StoreError(TickworkError):
     """The store could not be opened or its schema is not usable."""

@@ -46,7 +46,7 @@ DURATION = Histogram(
 )
 LATENESS = Histogram(
     "tickwork_task_lateness_seconds",
-    "How late runs started on this node, after the slot they were for (jitter included).",
+    "How late runs started on this node after they came due (after jitter and retry backoff): queueing delay.",
     ["task"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
 )

@@ -32,7 +32,7 @@ from tickwork.clock import utcnow
 from tickwork.context import Context
 from tickwork.events import for_outcome
 from tickwork.executor import CancelReason, Executor, Run, RunResult
-from tickwork.metrics import STALE_RESULTS
+from tickwork.metrics import DURATION, LATENESS, RUNNING, RUNS, SLOTS, STALE_RESULTS
 from tickwork.model import ErrorInfo, ExecutionStatus, Node, Overlap
 from tickwork.reconciler import reconcile
 from tickwork.recorder import Recorder
@@ -172,6 +172,7 @@ class Worker:
             target=self.store.listen, args=(self._on_notify, self._monitor_stop), name="tickwork-listen", daemon=True
         )
         self._listener.start()
+        SLOTS.set(self.concurrency)
         log.info("node %s started: %d slots, tasks %s", self.node_id, self.concurrency, self.names)
         self.started.set()
         try:
@@ -305,6 +306,7 @@ class Worker:
             run.lock_token, run.lock_ttl = lock_token, self.locks.ttl_for(claim.task)
         with self._runs_lock:
             self._runs[run.execution_id] = run
+            RUNNING.set(len(self._runs))
         self._pool.submit(run)
 
     # -- one run --------------------------------------------------------------------
@@ -336,6 +338,7 @@ class Worker:
                 renew=lambda: self._renew_one(run),
             )
             run.started_at = self.store.approximate_now()
+            LATENESS.labels(task=task.name).observe(max(0.0, (run.started_at - task.next_run_at).total_seconds()))
             if task.timeout is not None:
                 run.deadline = time.monotonic() + task.timeout
                 self._monitor_wake.set()
@@ -399,6 +402,10 @@ class Worker:
         self._forget([run for run, _, _ in results])
         for run, outcome, applied in results:
             if applied:
+                name = run.claim.task.name
+                RUNS.labels(task=name, status=outcome.status.value).inc()
+                if run.started_at is not None:
+                    DURATION.labels(task=name).observe(max(0.0, (outcome.finished_at - run.started_at).total_seconds()))
                 for event, payload in for_outcome(run.claim, outcome, self.node_id):
                     self.app.events.emit(event, payload)
 
@@ -408,6 +415,7 @@ class Worker:
         with self._runs_changed:
             for run in runs:
                 self._runs.pop(run.execution_id, None)
+            RUNNING.set(len(self._runs))
             self._runs_changed.notify_all()
         self.app.wakeup.set()
 
@@ -579,6 +587,7 @@ class Worker:
         with self._runs_changed:
             for run in unstarted:
                 self._runs.pop(run.execution_id, None)
+            RUNNING.set(len(self._runs))
             self._runs_changed.notify_all()
 
     def _drain(self, grace: float) -> bool:

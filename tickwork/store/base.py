@@ -263,6 +263,10 @@ class Store(Protocol):
 
     def list_nodes(self) -> list[Node]: ...
 
+    def due_count(self, limit: int) -> int:
+        """How many tasks are due and unclaimed, counting no further than ``limit``."""
+        ...
+
     def queue_depth(self) -> tuple[int, datetime | None]:
         """How many tasks are due and unclaimed, and the due time of the oldest of them."""
         ...

@@ -241,3 +241,10 @@ SELECT status,
 FROM (SELECT status, finished_at FROM tickwork_executions ORDER BY id DESC LIMIT :window) AS recent
 WHERE finished_at IS NOT NULL
 GROUP BY status;
+
+-- name: due_count
+-- Due and unclaimed, counted up to :limit only (a producer's backpressure check must
+-- stay cheap however deep the queue is).
+SELECT COUNT(*) AS n FROM (
+    SELECT 1 FROM tickwork_tasks WHERE status = 'PENDING' AND next_run_at <= :now LIMIT :limit
+) AS due;

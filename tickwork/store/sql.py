@@ -521,6 +521,12 @@ class SQLStore:
             cutoff = d.encode_time(d.approximate_now() - timedelta(seconds=silent_for))
             return s.execute("prune_nodes", {"cutoff": cutoff, "silent_for": silent_for})
 
+    def due_count(self, limit: int) -> int:
+        d = self.dialect
+        with d.reader() as s:
+            row = s.fetch_one("due_count", {"now": d.encode_time(d.approximate_now()), "limit": limit})
+        return 0 if row is None else int(row["n"])
+
     def queue_depth(self) -> tuple[int, datetime | None]:
         d = self.dialect
         with d.reader() as s:
