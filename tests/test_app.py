@@ -293,5 +293,5 @@ def test_max_pending_refuses_the_task_that_would_pass_it_and_harms_nothing(store
 
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5, "10"])
 def test_max_pending_must_be_a_positive_count(sqlite_url: str, bad: Any) -> None:
-    with pytest.raises(InvalidInput, match="^max_pending="):
+    with pytest.raises(InvalidInput, match=r"^max_pending="):
         App(sqlite_url, max_pending=bad)

@@ -591,14 +591,35 @@ class App:
 
     # -- running ------------------------------------------------------------------------------------
 
-    def run_worker(self, concurrency: int = 8, *, prefetch: int | None = None, install_signals: bool = True) -> None:
+    def run_worker(
+        self,
+        concurrency: int = 8,
+        *,
+        max_concurrency: int | None = None,
+        scale_up_age: float = 5.0,
+        scale_down_after: float = 30.0,
+        prefetch: int | None = None,
+        install_signals: bool = True,
+    ) -> None:
         """Run a node in this thread until SIGINT/SIGTERM (or ``Worker.stop``).
 
+        ``max_concurrency`` turns on autoscaling: the node starts with ``concurrency``
+        slots, grows toward ``max_concurrency`` while every slot is busy and the oldest
+        due task is ``scale_up_age`` seconds old or more, and shrinks back after
+        ``scale_down_after`` seconds with idle slots and no such backlog.
         ``prefetch``: claims held beyond the busy slots; None adapts it to how long runs
         take (see ``worker.Prefetch``), 0 claims only free slots."""
+        from tickwork.autoscale import Autoscaler
         from tickwork.worker import Worker
 
-        Worker(self, concurrency=concurrency, prefetch=prefetch).run(install_signals=install_signals)
+        autoscaler = None
+        if max_concurrency is not None:
+            autoscaler = Autoscaler(
+                concurrency, max_concurrency, scale_up_age=scale_up_age, scale_down_after=scale_down_after
+            )
+        Worker(self, concurrency=concurrency, prefetch=prefetch, autoscaler=autoscaler).run(
+            install_signals=install_signals
+        )
 
 
 def first_slot_seed(key: str | None) -> int:

@@ -91,19 +91,67 @@ def main(ctx: click.Context, db: str | None, app_spec: str | None, verbose: int)
 
 @main.command()
 @click.argument("app_spec", metavar="APP")
-@click.option("--concurrency", "-c", default=8, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--concurrency",
+    "-c",
+    default="8",
+    show_default=True,
+    metavar="N|MIN,MAX",
+    help="Run slots; MIN,MAX autoscales between them on the age of the oldest due task.",
+)
+@click.option(
+    "--scale-up-age",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Grow when the oldest due task is this old (s) and every slot is busy.",
+)
+@click.option(
+    "--scale-down-after",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Shrink after this long (s) with idle slots.",
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port (/metrics).")
 @click.option("--metrics-host", default="0.0.0.0", show_default=True, help="Address the metrics server listens on.")
 @errors_as_messages
-def worker(app_spec: str, concurrency: int, metrics_port: int | None, metrics_host: str) -> None:
+def worker(
+    app_spec: str,
+    concurrency: str,
+    scale_up_age: float,
+    scale_down_after: float,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
     """Run a worker node for APP (module:attribute) until SIGINT/SIGTERM."""
+    minimum, maximum = _concurrency(concurrency)
     if logging.getLogger().level > logging.INFO:
         logging.getLogger("tickwork").setLevel(logging.INFO)
     app = load_app(app_spec)
     if metrics_port is not None:
         watch_queue(lambda: app.store)
         serve_metrics(metrics_port, metrics_host)
-    app.run_worker(concurrency=concurrency)
+    app.run_worker(
+        concurrency=minimum,
+        max_concurrency=maximum if maximum != minimum else None,
+        scale_up_age=scale_up_age,
+        scale_down_after=scale_down_after,
+    )
+
+
+def _concurrency(text: str) -> tuple[int, int]:
+    """``N`` or ``MIN,MAX`` (Celery's --autoscale takes MAX,MIN; tickwork reads it in order)."""
+    parts = text.split(",")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        numbers = []
+    if len(numbers) not in (1, 2) or not all(1 <= n <= 10_000 for n in numbers) or numbers != sorted(numbers):
+        raise click.BadParameter(
+            f"{text!r}: expected N or MIN,MAX with 1 <= MIN <= MAX <= 10000", param_hint="--concurrency"
+        )
+    return numbers[0], numbers[-1]
 
 
 @main.command()

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from tickwork.autoscale import Autoscaler
 from tickwork.clock import utcnow
 from tickwork.context import Context
 from tickwork.events import for_outcome
@@ -57,6 +58,8 @@ INTERRUPT_LOG_EVERY_S = 5.0
 CLOCK_MARGIN = timedelta(seconds=1)
 # The longest pause between claim attempts while the store keeps failing.
 MAX_ERROR_PAUSE_S = 10.0
+# How often an autoscaling node looks at the queue.
+AUTOSCALE_EVERY_S = 1.0
 # A run whose lease could not be renewed for this fraction of the lease cancels itself
 # rather than keep running unowned.
 LEASE_SAFETY = 0.8
@@ -105,19 +108,28 @@ class RunThreads:
     def __init__(self, size: int, target: Callable[[Run], None]) -> None:
         self._queue: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
         self._target = target
-        self._threads = [
-            threading.Thread(target=self._main, name=f"tickwork-run-{i}", daemon=True) for i in range(size)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._size = 0
+        self._started = 0
+        self._lock = threading.Lock()
+        self.resize(size)
 
     def submit(self, run: Run) -> None:
         self._queue.put(run)
 
+    def resize(self, size: int) -> None:
+        """Start threads, or let some end once they reach their turn in the queue (a run
+        going on is never interrupted by a shrink)."""
+        with self._lock:
+            for _ in range(size - self._size):
+                self._started += 1
+                threading.Thread(target=self._main, name=f"tickwork-run-{self._started}", daemon=True).start()
+            for _ in range(self._size - size):
+                self._queue.put(None)
+            self._size = size
+
     def shutdown(self) -> None:
         """Let the threads end once they reach the end of the queue."""
-        for _ in self._threads:
-            self._queue.put(None)
+        self.resize(0)
 
     def _main(self) -> None:
         while (run := self._queue.get()) is not None:
@@ -126,10 +138,20 @@ class RunThreads:
 
 class Worker:
     def __init__(
-        self, app: App, *, concurrency: int = 8, prefetch: int | None = None, node_id: str | None = None
+        self,
+        app: App,
+        *,
+        concurrency: int = 8,
+        prefetch: int | None = None,
+        node_id: str | None = None,
+        autoscaler: Autoscaler | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency}: must be at least 1")
+        self.autoscaler = autoscaler
+        if autoscaler is not None:
+            concurrency = autoscaler.minimum
+        self._next_scale_check = 0.0
         self.app = app
         if prefetch is not None and prefetch < 0:
             raise ValueError(f"prefetch={prefetch}: must be >= 0")
@@ -209,6 +231,7 @@ class Worker:
                 raise RuntimeError("monitor thread died; stopping the node") from self._monitor_failed
             if self._recorder.failure is not None:
                 raise RuntimeError("recorder thread died; stopping the node") from self._recorder.failure
+            self._autoscale()
             extra = self.prefetch.extra()
             capacity = self.concurrency + extra
             running = self.running
@@ -268,6 +291,24 @@ class Worker:
                     "could not give back %d claims; their leases will expire", len(taken.refused), exc_info=True
                 )
         return taken.tokens, {c.execution_id for c in taken.refused}
+
+    def _autoscale(self) -> None:
+        """Every AUTOSCALE_EVERY_S: grow or shrink the slots as the autoscaler decides."""
+        if self.autoscaler is None or time.monotonic() < self._next_scale_check:
+            return
+        self._next_scale_check = time.monotonic() + AUTOSCALE_EVERY_S
+        try:
+            depth, oldest = self.store.queue_depth()
+            age = None if oldest is None else (self.store.approximate_now() - oldest).total_seconds()
+        except Exception:
+            log.warning("queue depth unavailable; slots unchanged", exc_info=True)
+            return
+        slots = self.autoscaler.decide(self.concurrency, self.running, age)
+        if slots != self.concurrency:
+            log.info("slots %d -> %d (queue depth %d, oldest due %s s)", self.concurrency, slots, depth, age)
+            self._pool.resize(slots)
+            self.concurrency = self.prefetch.concurrency = slots
+            SLOTS.set(slots)
 
     def _give_back_lost_claims(self, since: datetime) -> None:
         """A claim can commit while its reply is lost: the rows are ours, but nothing here
