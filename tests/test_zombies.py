@@ -79,8 +79,9 @@ def test_a_killed_nodes_run_is_rerun_by_another_node_within_lease_plus_heartbeat
     rerun = wait_for(lambda: [r for r in starts(records, task.id) if r["attempt"] == 2])[0]
     assert rerun["pid"] == rescuer.proc.pid
     # The lease expires at most LEASE after the kill; the rescuer's reconciler looks every
-    # HEARTBEAT. The margin is for the claim itself and process scheduling on a busy CI box.
-    assert rerun["at"] - killed_at <= LEASE + HEARTBEAT + 0.5
+    # HEARTBEAT. The margin is for the reap, the claim, a thread start and process
+    # scheduling on a busy 2-core box.
+    assert rerun["at"] - killed_at <= LEASE + HEARTBEAT + 1.0
     wait_for(lambda: client.get(task.id).status is Status.COMPLETED)
     runs = sorted(client.executions(task.id), key=lambda e: e.attempt)
     assert [(e.attempt, e.status) for e in runs] == [(1, ExecutionStatus.FAILED), (2, ExecutionStatus.COMPLETED)]
@@ -98,7 +99,7 @@ def test_a_frozen_node_wakes_to_find_its_writes_fenced_off(client: App, fleet: F
     frozen = fleet.start(env=SHORT_LEASE, args=("--metrics-port", str(port), "--metrics-host", "127.0.0.1"))
     task = client.schedule("test.slow", kwargs={"seconds": 2.0}, max_retries=1, retry_backoff=0.01)
     wait_for(lambda: starts(records, task.id))
-    wait_for(lambda: metric(port, "tickwork_stale_results_total") == 0)  # served, nothing stale yet
+    assert metric(port, 'tickwork_stale_results_total{write="result"}') == 0  # served, nothing stale yet
     frozen.proc.send_signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
     try:
@@ -170,11 +171,11 @@ def test_running_thread_async_and_process_tasks_are_cancelled_and_never_rerun(
 
 def test_a_stuck_process_task_times_out_and_is_retried(client: App, fleet: Fleet, records: Path) -> None:
     node = fleet.start(env=SHORT_LEASE)
-    task = client.schedule("test.busy_process", timeout=1.0, max_retries=1, retry_backoff=0.01)
+    task = client.schedule("test.busy_process", timeout=3.0, max_retries=1, retry_backoff=0.01)
     wait_for(lambda: client.get(task.id).status is Status.FAILED, timeout=30)
     runs = sorted(client.executions(task.id), key=lambda e: e.attempt)
     assert [(e.attempt, e.status) for e in runs] == [(1, ExecutionStatus.TIMED_OUT), (2, ExecutionStatus.TIMED_OUT)]
-    assert all(e.error is not None and "timeout of 1.0 s" in e.error.message for e in runs), runs
+    assert all(e.error is not None and "timeout of 3.0 s" in e.error.message for e in runs), runs
     children = [r["pid"] for r in starts(records, task.id)]
     assert len(children) == 2 and node.proc.pid not in children
     for pid in children:
@@ -201,19 +202,33 @@ def test_process_tasks_return_results_fail_with_their_traceback_and_renew_their_
     assert node.terminate() == 0, node.output()
 
 
-def test_a_run_past_max_runtime_is_taken_over_while_its_node_still_heartbeats(
+def test_a_run_reaching_max_runtime_is_stopped_by_its_own_node(client: App, fleet: Fleet, records: Path) -> None:
+    node = fleet.start(env=SHORT_LEASE)
+    task = client.schedule("test.overrun")  # max_runtime=1.0, runs until cancelled
+    wait_for(lambda: client.get(task.id).status is Status.FAILED, timeout=30)
+    [run] = client.executions(task.id)
+    assert run.status is ExecutionStatus.TIMED_OUT and run.note == "max_runtime"
+    assert run.error is not None and run.error.type == "MaxRuntimeExceeded"
+    assert any(r.get("phase") == "saw_cancel" for r in read_records(records))
+    assert node.terminate() == 0, node.output()
+
+
+def test_a_stuck_run_past_max_runtime_is_taken_over_while_its_node_still_heartbeats(
     client: App, fleet: Fleet, records: Path
 ) -> None:
+    """The node renews the lease but cannot stop the run: a lease after max_runtime, a
+    reconciler ends it TIMED_OUT; the run's own late end changes nothing."""
     node = fleet.start(env=SHORT_LEASE)
-    task = client.schedule("test.overrun")  # max_runtime=1.0, a lease of 2 s renewed every 0.5 s
+    task = client.schedule("test.overrun_stuck", kwargs={"seconds": 5.0})
     wait_for(lambda: client.get(task.id).status is Status.FAILED, timeout=30)
     [run] = client.executions(task.id)
     assert run.status is ExecutionStatus.TIMED_OUT
     assert run.error is not None and run.error.type == "MaxRuntimeExceeded"
+    assert run.note is not None and run.note.startswith("max_runtime exceeded on")
     assert run.finished_at is not None and run.started_at is not None
-    assert timedelta(seconds=1.0) <= run.finished_at - run.started_at < timedelta(seconds=LEASE)
-    # The node learns at its next heartbeat that it lost the run and stops it.
-    wait_for(lambda: any(r.get("phase") == "saw_cancel" for r in read_records(records)), timeout=10)
+    assert run.finished_at - run.started_at >= timedelta(seconds=1.0 + LEASE)
+    assert not any(r.get("phase") == "end" for r in read_records(records))  # taken while still running
+    wait_for(lambda: any(r.get("phase") == "end" for r in read_records(records)), timeout=10)
     wait_for(lambda: "stale" in node.output(), timeout=10)
     assert client.executions(task.id) == [run]  # its own late result changed nothing
     assert node.terminate() == 0, node.output()
@@ -235,17 +250,14 @@ def test_cancels_racing_the_start_of_1000_runs_never_overwrite_a_state(
     plan = sorted(zip(jittered, [t.id for t in tasks], strict=True))
     offset = client.store.now() - client.store.approximate_now()  # local clock → store clock
     too_late = 0
-    late_by: list[float] = []
     for at, task_id in plan:
         wait = (at - (client.store.approximate_now() + offset)).total_seconds()
         if wait > 0:
             time.sleep(wait)  # the test's own pacing: cancel at the planned instant
-        late_by.append(-min(wait, 0.0))
         try:
             client.cancel(task_id)
         except InvalidState:
             too_late += 1  # it had already completed: allowed, and checked below
-    assert sorted(late_by)[len(late_by) // 2] < 0.05  # the cancels did land around the due times
     ids = [t.id for t in tasks]
     wait_for(lambda: all(client.get(i).status.is_terminal for i in ids), timeout=60)
     by_task: dict[int, list[Any]] = {i: [] for i in ids}
@@ -268,3 +280,42 @@ def test_cancels_racing_the_start_of_1000_runs_never_overwrite_a_state(
         assert recorded[task_id] <= 1  # never run twice
     assert outcomes["completed"] >= too_late
     assert outcomes["cancelled before running"] > 0 and outcomes["completed"] > 0, outcomes
+
+
+def test_a_child_stuck_in_c_code_dies_with_its_killed_node(client: App, fleet: Fleet, records: Path) -> None:
+    node = fleet.start(env={**SHORT_LEASE, "TICKWORK_TEST_GRACE": "0"})
+    task = client.schedule("test.c_stuck_process")
+    [start] = wait_for(lambda: starts(records, task.id), timeout=30)
+    assert start["pid"] != node.proc.pid
+    node.kill()  # SIGKILL: the node can do nothing; the child's watchdog must
+    assert wait_for(lambda: pid_gone(start["pid"]), timeout=10)
+
+
+def test_cancelling_a_process_task_stops_what_it_started_and_lets_async_clean_up(
+    client: App, fleet: Fleet, records: Path
+) -> None:
+    node = fleet.start(env={"TICKWORK_TEST_LEASE": "5", "TICKWORK_TEST_HEARTBEAT": "0.3"})
+    spawning = client.schedule("test.spawning_process")
+    cleaning = client.schedule("test.async_cleanup_process")
+    [spawned] = wait_for(lambda: starts(records, spawning.id), timeout=30)
+    wait_for(lambda: starts(records, cleaning.id), timeout=30)
+    assert spawned["group"] == spawned["pid"]  # the child leads a process group of its own
+    client.cancel(spawning.id)
+    client.cancel(cleaning.id)
+    wait_for(lambda: client.get(spawning.id).status is Status.CANCELLED)
+    assert wait_for(lambda: pid_gone(spawned["grandchild"]), timeout=5)  # the task's own process too
+    wait_for(lambda: client.get(cleaning.id).status is Status.CANCELLED, timeout=15)
+    # Its clean-up outlasted several heartbeats (each repeating the cancel) and was not cut short.
+    assert any(r.get("phase") == "cleaned" for r in read_records(records))
+    [run] = client.executions(cleaning.id)
+    assert run.status is ExecutionStatus.CANCELLED and run.error is None
+    assert node.terminate() == 0, node.output()
+
+
+def test_a_process_task_can_use_multiprocessing(client: App, fleet: Fleet) -> None:
+    node = fleet.start(env=SHORT_LEASE)
+    task = client.schedule("test.pool_process")
+    wait_for(lambda: client.get(task.id).status.is_terminal, timeout=30)
+    [run] = client.executions(task.id)
+    assert (run.status, run.result) == (ExecutionStatus.COMPLETED, [1, 2, 3]), run
+    assert node.terminate() == 0, node.output()

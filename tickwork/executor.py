@@ -14,10 +14,9 @@ import concurrent.futures
 import dataclasses
 import enum
 import logging
-import multiprocessing.process
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +39,7 @@ class CancelReason(enum.StrEnum):
     REPLACED = "replaced"  # overlap="replace": the task's next slot came due
     CANCEL_RUN = "cancel_run"  # cancel(run_only=True): this run, not the task
     LOCK_LOST = "lock_lost"  # another node took this task's Redis lock
+    MAX_RUNTIME = "max_runtime"  # the run reached its task's max_runtime
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +78,7 @@ class Run:
         self.released = False
         self.finished = False  # its result is queued for writing
         self.deadline: float | None = None  # monotonic; set by the node when the run starts
+        self.deadline_reason = CancelReason.TIMEOUT
         self.replace_at: float | None = None  # monotonic; overlap="replace": the next slot
         self.started_at: datetime | None = None
         self.renewed_at = time.monotonic()
@@ -86,7 +87,7 @@ class Run:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_task: asyncio.Task[Any] | None = None
-        self._process: multiprocessing.process.BaseProcess | None = None
+        self._on_cancel: Callable[[], None] | None = None
 
     @property
     def task_id(self) -> int:
@@ -98,21 +99,23 @@ class Run:
 
     def request_cancel(self, reason: CancelReason) -> None:
         with self._lock:
-            if self.cancel_reason is None:
+            first = self.cancel_reason is None
+            if first:
                 self.cancel_reason = reason
             self.cancel_flag.set()
-            loop, task, process = self._loop, self._async_task, self._process
+            loop, task, on_cancel = self._loop, self._async_task, self._on_cancel
         if loop is not None and task is not None:
             loop.call_soon_threadsafe(task.cancel)
-        if process is not None:
-            process.terminate()  # SIGTERM; the supervisor sends SIGKILL after the grace
+        if on_cancel is not None and first:
+            on_cancel()  # once: a repeated request must not cut the task's clean-up short
 
-    def bind_process(self, process: multiprocessing.process.BaseProcess) -> None:
+    def bind_cancel(self, on_cancel: Callable[[], None] | None) -> None:
+        """What stops this run when it is cancelled (a process run: SIGTERM its group)."""
         with self._lock:
-            self._process = process
+            self._on_cancel = on_cancel
             cancelled = self.cancel_flag.is_set()
-        if cancelled:
-            process.terminate()
+        if cancelled and on_cancel is not None:
+            on_cancel()
 
     def bind_async(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
         with self._lock:
@@ -171,7 +174,7 @@ class Executor:
         func = run.definition.func
         try:
             if run.definition.options.isolation is Isolation.PROCESS:
-                value, note = run_in_process(run, ctx, func, run.definition.options.kill_grace)
+                value, note = run_in_process(run, ctx, func, run.definition.options.kill_grace, self.max_result_bytes)
                 if note is not None and run.cancel_reason is None:
                     return RunResult(ExecutionStatus.COMPLETED, note=note)
             elif run.definition.is_async:
@@ -184,7 +187,8 @@ class Executor:
             return self._cancelled(run)
         except ChildFailed as exc:
             if run.cancel_reason is not None:
-                return self._cancelled(run, None if exc.info.type == "Cancelled" else exc.info)
+                stopped = exc.info.type in ("Cancelled", "CancelledError")  # how a cancelled child ends
+                return self._cancelled(run, None if stopped else exc.info)
             return RunResult(ExecutionStatus.FAILED, exc.info)
         except Exception as exc:
             if run.cancel_reason is not None:
@@ -206,6 +210,13 @@ class Executor:
                 ExecutionStatus.TIMED_OUT,
                 error or ErrorInfo("TimeoutError", f"run exceeded its timeout of {timeout} s"),
                 note="timeout",
+            )
+        if reason is CancelReason.MAX_RUNTIME:
+            limit = run.claim.task.max_runtime
+            return RunResult(
+                ExecutionStatus.TIMED_OUT,
+                error or ErrorInfo("MaxRuntimeExceeded", f"run exceeded its max_runtime of {limit} s"),
+                note="max_runtime",
             )
         if reason is CancelReason.CANCEL:
             return RunResult(ExecutionStatus.CANCELLED, error, note="cancelled on request")

@@ -35,6 +35,10 @@ RECOVERED = Counter(
     "Runs this node's reconciler took over: lost with their node, or past max_runtime.",
     ["reason"],  # "lost" or "max_runtime"
 )
+for _write in ("heartbeat", "result"):
+    STALE_RESULTS.labels(write=_write)  # exported as 0 before the first one
+for _reason in ("lost", "max_runtime"):
+    RECOVERED.labels(reason=_reason)
 RUNS = Counter(
     "tickwork_task_runs", "Runs recorded by this node, by task name and execution status.", ["task", "status"]
 )

@@ -33,12 +33,16 @@ def reconcile(
     node_ttl: float = 90.0,
     events: Events | None = None,
     live: Callable[[list[int]], set[int]] | None = None,
+    overrun_grace: float = 30.0,
 ) -> int:
     """Recover one batch of expired and one of overrun runs and forget nodes silent for
     ``node_ttl`` seconds; return how many runs this call recovered.
 
     ``live`` (with Redis locks) names the tasks whose lock is still being extended: their
-    node is alive though its lease lapsed, so their runs are not lost (yet)."""
+    node is alive though its lease lapsed, so their runs are not lost (yet).
+    ``overrun_grace``: how long past its max_runtime a run is left to its own node (which
+    stops it at max_runtime) before any node takes it over — a lease is right: a node
+    that cannot stop a run within a lease of trying is stuck."""
     pruned = store.prune_nodes(node_ttl)
     if pruned:
         log.warning("removed %d node rows with no heartbeat for %.0f s", pruned, node_ttl)
@@ -49,7 +53,9 @@ def reconcile(
             if claim.task.id in alive:
                 log.info("task %s: lease expired but its Redis lock is still extended; not lost", claim.task.id)
         expired = [c for c in expired if c.task.id not in alive]
-    return _recover(store, expired, events, overrun=False) + _recover(store, store.overrun(BATCH), events, overrun=True)
+    return _recover(store, expired, events, overrun=False) + _recover(
+        store, store.overrun(BATCH, overrun_grace), events, overrun=True
+    )
 
 
 def _recover(store: Store, claims: list[Claim], events: Events | None, *, overrun: bool) -> int:

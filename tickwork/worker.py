@@ -33,10 +33,12 @@ from tickwork.clock import utcnow
 from tickwork.context import Context
 from tickwork.events import for_outcome
 from tickwork.executor import CancelReason, Executor, Run, RunResult
+from tickwork.isolation import prepare
 from tickwork.metrics import DURATION, LATENESS, RUNNING, RUNS, SLOTS, STALE_RESULTS
 from tickwork.model import ErrorInfo, ExecutionStatus, Node, Overlap
 from tickwork.reconciler import reconcile
 from tickwork.recorder import Recorder
+from tickwork.registry import Isolation
 from tickwork.schedules import decide, failed_outcome, outcome_of, schedule_of, skipped_outcome
 from tickwork.store.base import Claim, Outcome, Renewal
 
@@ -161,6 +163,7 @@ class Worker:
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.names = app.registry.names()
         self.executor = Executor(app.max_payload)
+        prepare([d.func for d in app.registry if d.options.isolation is Isolation.PROCESS])
         self._pool = RunThreads(concurrency, self._execute)
         self._runs: dict[int, Run] = {}  # by execution id: one entry per claimed run
         self._runs_lock = threading.Lock()
@@ -380,8 +383,14 @@ class Worker:
             )
             run.started_at = self.store.approximate_now()
             LATENESS.labels(task=task.name).observe(max(0.0, (run.started_at - task.next_run_at).total_seconds()))
-            if task.timeout is not None:
-                run.deadline = time.monotonic() + task.timeout
+            limits = [
+                (s, r)
+                for s, r in ((task.timeout, CancelReason.TIMEOUT), (task.max_runtime, CancelReason.MAX_RUNTIME))
+                if s is not None
+            ]
+            if limits:
+                seconds, run.deadline_reason = min(limits)
+                run.deadline = time.monotonic() + seconds
                 self._monitor_wake.set()
             if task.overlap is Overlap.REPLACE and (schedule := schedule_of(task)) is not None:
                 due_in = schedule.next_after(run.claim.scheduled_for) - self.store.approximate_now()
@@ -561,7 +570,7 @@ class Worker:
         for run in runs:
             if run.cancel_reason is not None or not run.started:
                 continue
-            for deadline, reason in ((run.deadline, CancelReason.TIMEOUT), (run.replace_at, CancelReason.REPLACED)):
+            for deadline, reason in ((run.deadline, run.deadline_reason), (run.replace_at, CancelReason.REPLACED)):
                 if deadline is None:
                     continue
                 if deadline <= now:
@@ -577,7 +586,10 @@ class Worker:
             try:
                 node_ttl = max(NODE_TTL_FLOOR_S, 3 * self.app.lease)
                 live = self.locks.live if self.locks is not None else None
-                if reconcile(self.store, node_ttl=node_ttl, events=self.app.events, live=live):
+                recovered = reconcile(
+                    self.store, node_ttl=node_ttl, events=self.app.events, live=live, overrun_grace=self.app.lease
+                )
+                if recovered:
                     self.app.wakeup.set()  # recovered runs are due again: claim them now, not at the next poll
             except Exception:
                 log.warning("reconciler pass failed", exc_info=True)

@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import multiprocessing
 import os
+import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -130,11 +133,22 @@ def stubborn_process(ctx: Context) -> None:
 
 @app.task(name="test.overrun", max_runtime=1.0)
 def overrun(ctx: Context) -> None:
-    """Keeps its lease alive (its node heartbeats) and runs on until the lease is lost."""
+    """Runs until cancelled: its own node stops it at max_runtime."""
     record(ctx, phase="start")
     while not ctx.cancelled:
         time.sleep(0.01)
     record(ctx, phase="saw_cancel")
+
+
+@app.task(name="test.overrun_stuck", max_runtime=1.0)
+def overrun_stuck(ctx: Context, seconds: float) -> None:
+    """Ignores cancellation (a call that never returns, in effect) while its node keeps
+    renewing the lease: only another node's reconciler can end the run."""
+    record(ctx, phase="start")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.01)  # the task's own work
+    record(ctx, phase="end")
 
 
 @functools.cache
@@ -152,3 +166,36 @@ def record_locked(ctx: Context, hold: float = 0.0) -> None:
         locked = None
     record(ctx, locked=locked)
     time.sleep(hold)  # the task's own work
+
+
+@app.task(name="test.c_stuck_process", isolation="process")
+def c_stuck_process(ctx: Context) -> None:
+    """Stuck inside one C call that holds the GIL (catastrophic regex backtracking)."""
+    record(ctx, phase="start")
+    re.match(r"(a+)+$", "a" * 64 + "b")
+
+
+@app.task(name="test.spawning_process", isolation="process")
+def spawning_process(ctx: Context) -> None:
+    """Starts a process of its own, then waits: cancelling the run must stop both."""
+    child = subprocess.Popen(["sleep", "1000"])
+    record(ctx, phase="start", grandchild=child.pid, group=os.getpgid(0))
+    child.wait()
+
+
+@app.task(name="test.async_cleanup_process", isolation="process", kill_grace=5.0)
+async def async_cleanup_process(ctx: Context) -> None:
+    """An async process task whose clean-up takes longer than a heartbeat."""
+    record(ctx, phase="start")
+    try:
+        await asyncio.sleep(3600)
+    finally:
+        await asyncio.sleep(1.5)
+        record(ctx, phase="cleaned")
+
+
+@app.task(name="test.pool_process", isolation="process")
+def pool_process(ctx: Context) -> list[int]:
+    """A process task may use multiprocessing itself."""
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        return pool.map(abs, [-1, -2, 3])

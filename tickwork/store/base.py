@@ -196,9 +196,9 @@ class Store(Protocol):
         """RUNNING tasks whose lease expired before now, with their execution rows."""
         ...
 
-    def overrun(self, limit: int) -> list[Claim]:
-        """RUNNING tasks whose run was claimed more than their ``max_runtime`` ago,
-        whether or not their node still renews the lease."""
+    def overrun(self, limit: int, grace: float) -> list[Claim]:
+        """RUNNING tasks whose run was claimed more than their ``max_runtime`` plus
+        ``grace`` seconds ago, whether or not their node still renews the lease."""
         ...
 
     def reap(self, lease_owner: str, outcomes: Sequence[Outcome], *, expired_only: bool = True) -> list[bool]:

@@ -135,11 +135,11 @@ WHERE t.id = r.id AND t.version = r.fence AND t.lease_owner = :node AND t.status
 RETURNING t.id, t.version, t.cancel_requested, t.cancel_run_only;
 
 -- name: overrun_runs
--- Runs claimed longer ago than their max_runtime, live lease or not.
+-- Runs claimed longer ago than their max_runtime plus :grace, live lease or not.
 SELECT t.*, e.id AS execution_id, e.scheduled_for AS execution_scheduled_for
 FROM tickwork_tasks t
 JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.status = 'RUNNING'
 WHERE t.status = 'RUNNING' AND t.max_runtime IS NOT NULL
-  AND e.started_at + make_interval(secs => t.max_runtime) < :now
+  AND e.started_at + make_interval(secs => t.max_runtime + :grace) < :now
 ORDER BY e.started_at
 LIMIT :limit;

@@ -404,13 +404,13 @@ class SQLStore:
     def expired(self, limit: int) -> list[Claim]:
         return self._running_claims("expired_runs", limit)
 
-    def overrun(self, limit: int) -> list[Claim]:
-        return self._running_claims("overrun_runs", limit)
+    def overrun(self, limit: int, grace: float) -> list[Claim]:
+        return self._running_claims("overrun_runs", limit, grace=grace)
 
-    def _running_claims(self, query: str, limit: int) -> list[Claim]:
+    def _running_claims(self, query: str, limit: int, **extra: Any) -> list[Claim]:
         d = self.dialect
         with d.reader() as s:
-            rows = s.fetch_all(query, {"now": d.encode_time(d.approximate_now()), "limit": limit})
+            rows = s.fetch_all(query, {"now": d.encode_time(d.approximate_now()), "limit": limit, **extra})
         return [Claim(self._task(r), int(r["execution_id"]), self._time(r["execution_scheduled_for"])) for r in rows]
 
     # -- reading and managing tasks -----------------------------------------------

@@ -9,11 +9,11 @@ ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
 -- name: overrun_runs
--- Runs claimed longer ago than their max_runtime, live lease or not (times in µs).
+-- Runs claimed longer ago than their max_runtime plus :grace, live lease or not (µs).
 SELECT t.*, e.id AS execution_id, e.scheduled_for AS execution_scheduled_for
 FROM tickwork_tasks t
 JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.status = 'RUNNING'
 WHERE t.status = 'RUNNING' AND t.max_runtime IS NOT NULL
-  AND e.started_at + CAST(t.max_runtime * 1000000 AS INTEGER) < :now
+  AND e.started_at + CAST((t.max_runtime + :grace) * 1000000 AS INTEGER) < :now
 ORDER BY e.started_at
 LIMIT :limit;
