@@ -11,6 +11,9 @@ sink file, so runs are counted outside the database too):
   W3 herd        10,000 tasks due at the same instant: drain time (last start - that
                  instant), p50/p99 lateness, peak RSS per node.
   W4 duplicates  4 nodes, 5,000 tasks due just after they are up: how many ran 0, 1, >1 times.
+  W5 big herd    100,000 one-time tasks due at the same instant, 2 nodes: runs per task
+                 (0/1/>1), drain time, lateness p50/p99, each node's RSS when idle and at
+                 its peak, and the queue depth / oldest-age gauges sampled while it drains.
   wake-up        2 idle nodes with poll_interval=30: a task scheduled for now, start - scheduled.
   ceiling        a bare loop on the same store, 2 processes, W1's tasks: claim a batch
                  (PostgreSQL: 500 rows FOR UPDATE SKIP LOCKED), do nothing, write one
@@ -195,15 +198,21 @@ class Run:
         return self.starts()
 
     def peak_rss_mb(self) -> list[float]:
-        peaks = []
+        return self._status_mb("VmHWM")
+
+    def rss_mb(self) -> list[float]:
+        return self._status_mb("VmRSS")
+
+    def _status_mb(self, field: str) -> list[float]:
+        values = []
         for p in self.procs:
             try:
                 status = Path(f"/proc/{p.pid}/status").read_text()
-                kb = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM"))
-                peaks.append(kb / 1024)
+                kb = next(int(line.split()[1]) for line in status.splitlines() if line.startswith(field))
+                values.append(kb / 1024)
             except (OSError, StopIteration):
                 pass
-        return peaks
+        return values
 
     def stop(self) -> None:
         for p in self.procs:
@@ -297,6 +306,44 @@ def w4(kind: str, folder: Path, n: int) -> Counter[str]:
         drop(store)
 
 
+def w5(kind: str, folder: Path, n: int) -> dict[str, object]:
+    store = fresh_store(kind, folder)
+    try:
+        instant = datetime.now(UTC) + timedelta(seconds=5 + n / 10_000)  # after scheduling and start-up
+        schedule(store, [instant] * n)
+        probe = make_app(store.url, store.claim, None).store  # what a metrics scrape reads
+        run = Run(store, folder)
+        run.start(2)
+        while len(probe.list_nodes()) < 2:
+            time.sleep(0.05)
+        time.sleep(max(0.0, instant.timestamp() - time.time() - 1.0))  # the nodes idle until just before
+        idle = run.rss_mb()
+        trace: list[tuple[float, int, float]] = []  # (s after the instant, depth, oldest age) as a scrape sees it
+        while len({b for b, _ in run.starts()}) < n and time.time() < instant.timestamp() + 300:
+            depth, oldest = probe.queue_depth()
+            age = 0.0 if oldest is None else max(0.0, (probe.now() - oldest).total_seconds())
+            trace.append((time.time() - instant.timestamp(), depth, age))
+            time.sleep(float(os.environ.get("BENCH_W5_SAMPLE_S", "0.25")))
+        starts = run.wait_for(n, settle=1.0)
+        peak = run.peak_rss_mb()
+        run.stop()
+        probe.close()
+        late = lateness_ms(starts, dict.fromkeys(range(n), instant.timestamp()))
+        per_task = Counter(b for b, _ in starts)
+        return {
+            "runs": Counter("0" if per_task[i] == 0 else "1" if per_task[i] == 1 else ">1" for i in range(n)),
+            "drain": late[-1] / 1000,
+            "p50": pct(late, 50),
+            "p99": pct(late, 99),
+            "first_s": [sum(1 for x in late if s * 1000 <= x < (s + 1) * 1000) for s in range(8)],
+            "idle": idle,
+            "peak": peak,
+            "trace": [(round(t, 1), d, round(a, 1)) for t, d, a in trace if t >= 0][:: max(1, len(trace) // 8)],
+        }
+    finally:
+        drop(store)
+
+
 def wake(kind: str, folder: Path, samples: int) -> dict[str, float]:
     store = fresh_store(kind, folder)
     try:
@@ -335,6 +382,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stores", default="sqlite,skip_locked,optimistic")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every N (0.1 for a smoke run)")
+    parser.add_argument("--w5-only", action="store_true", help="run only W5 (the 100,000-task herd)")
     parser.add_argument("--node")
     parser.add_argument("--ceiling")
     parser.add_argument("--claim")
@@ -350,9 +398,13 @@ def main() -> None:
         return max(10, int(value * args.scale))
 
     rows = []
+    herds = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for kind in args.stores.split(","):
+            print(f"# {LABELS[kind]} W5 ...", file=sys.stderr, flush=True)
+            herds.append((kind, w5(kind, folder, n(100_000))))
+        for kind in [] if args.w5_only else args.stores.split(","):
             print(f"# {LABELS[kind]} ...", file=sys.stderr, flush=True)
             ceiling = 0.0 if kind == "optimistic" else w1(kind, folder, n(20_000), ceiling=True)
             rows.append(
@@ -369,6 +421,21 @@ def main() -> None:
             )
     pg_ceiling = next((c for k, c, *_ in rows if k == "skip_locked"), 0.0)
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}, scale {args.scale}")
+    print("| store | W5 ran 0/1/>1 | drain s | lateness p50/p99 ms | RSS MB idle -> peak per node |")
+    print("|---|---|---|---|---|")
+    for kind, herd in herds:
+        runs = herd["runs"]
+        assert isinstance(runs, Counter)
+        rss = ", ".join(f"{i:.0f} -> {p:.0f}" for i, p in zip(herd["idle"], herd["peak"], strict=False))  # type: ignore[call-overload]
+        print(
+            f"| {LABELS[kind]} | {runs['0']} / {runs['1']} / {runs['>1']} | {herd['drain']:.2f} "
+            f"| {herd['p50']:.0f} / {herd['p99']:.0f} | {rss} |"
+        )
+    for kind, herd in herds:
+        print(f"{LABELS[kind]} W5 queue (s after the instant, depth, oldest age s): {herd['trace']}")
+        print(f"{LABELS[kind]} W5 runs started in each of the first 8 s: {herd['first_s']}")
+    if not rows:
+        return
     print(
         "| store | ceiling exec/s | W1 exec/s (of ceiling) | W2 lateness p50/p95/p99/max ms "
         "| W3 drain s, p50/p99 ms, peak RSS MB/node | W4 ran 0/1/>1 | wake-up p50/max ms |"
