@@ -29,6 +29,10 @@ from tickwork.store.base import Claim
 
 log = logging.getLogger("tickwork.locks")
 
+# During an outage Redis is asked again at most this often: an unreachable server costs
+# a timeout per call, which must not be paid on every claim.
+RETRY_DOWN_S = 2.0
+
 
 class RedisMode(enum.StrEnum):
     BEST_EFFORT = "best_effort"  # Redis down: run on the database claim alone
@@ -53,6 +57,7 @@ class NodeLocks:
         self.heartbeat = heartbeat
         self.lock_ttl = lock_ttl
         self._down_since: float | None = None
+        self._next_try = 0.0
         self._state_lock = threading.Lock()
         # Extension (which may re-take a vanished key) and release never interleave: a
         # lock released after its result was written must not be re-taken by a heartbeat
@@ -76,14 +81,20 @@ class NodeLocks:
         """False while Redis is known to be down in required mode (asks Redis again)."""
         if self.mode is RedisMode.BEST_EFFORT or self._down_since is None:
             return True
+        if not self._worth_asking():
+            return False
         if self.locks.ping():
             self._recovered()
             return True
+        with self._state_lock:
+            self._next_try = time.monotonic() + RETRY_DOWN_S
         return False
 
     def take(self, claims: Sequence[Claim]) -> Taken:
         if not claims:
             return Taken({}, [])
+        if not self._worth_asking():
+            return Taken({}, list(claims) if self.mode is RedisMode.REQUIRED else [])
         try:
             tokens = self.locks.acquire_many(
                 [(c.task.id, self.ttl_for(c.task)) for c in claims], stale_after=self.stale_after
@@ -110,6 +121,8 @@ class NodeLocks:
         batches = [(runs, retake) for runs, retake in ((confirmed, True), (unconfirmed, False)) if runs]
         lost: set[int] = set()
         kept: set[int] = set()
+        if not batches or not self._worth_asking():
+            return lost, kept
         try:
             with self._tokens_lock:
                 self._extend(batches, lost, kept)
@@ -135,8 +148,8 @@ class NodeLocks:
             items = [(r.task_id, r.lock_token) for r in runs if r.lock_token is not None]
             for run in runs:
                 run.lock_token = None
-            if not items:
-                return
+            if not items or not self._worth_asking():
+                return  # during an outage the locks are left to expire
             try:
                 self.locks.release_many([(task_id, token) for task_id, token in items if token is not None])
             except LockStoreUnavailable as exc:
@@ -145,6 +158,8 @@ class NodeLocks:
     def live(self, task_ids: Sequence[int]) -> set[int]:
         """Of these tasks, those whose lock is still being extended (for the reconciler).
         Redis down: none known, and the leases alone decide."""
+        if not self._worth_asking():
+            return set()
         try:
             return self.locks.extended_within(task_ids, self.stale_after)
         except LockStoreUnavailable as exc:
@@ -154,8 +169,14 @@ class NodeLocks:
     def close(self) -> None:
         self.locks.close()
 
+    def _worth_asking(self) -> bool:
+        """Up, or down but due for another try."""
+        with self._state_lock:
+            return self._down_since is None or time.monotonic() >= self._next_try
+
     def _outage(self, exc: LockStoreUnavailable) -> None:
         with self._state_lock:
+            self._next_try = time.monotonic() + RETRY_DOWN_S
             if self._down_since is not None:
                 return
             self._down_since = time.monotonic()
