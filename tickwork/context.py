@@ -14,6 +14,22 @@ class Flag(Protocol):
     def is_set(self) -> bool: ...
 
 
+class CancelFlag:
+    """Set once, read often: what ``ctx.cancelled`` reads. A plain attribute (atomic under
+    the GIL) costs far less per run than a ``threading.Event``."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 class Context:
     """Passed as the first argument to every task function.
 

@@ -43,7 +43,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from tickwork.codec import dumps, json_problem
-from tickwork.context import Context
+from tickwork.context import CancelFlag, Context
 from tickwork.errors import Cancelled, InvalidInput, TickworkError
 from tickwork.model import ErrorInfo
 
@@ -72,19 +72,6 @@ class ChildFailed(Exception):
 
 class ChildCancelled(Exception):
     """The child stopped because it was asked to (SIGTERM or SIGKILL)."""
-
-
-class _Flag:
-    __slots__ = ("_set",)
-
-    def __init__(self) -> None:
-        self._set = False
-
-    def set(self) -> None:
-        self._set = True
-
-    def is_set(self) -> bool:
-        return self._set
 
 
 def prepare(funcs: Iterable[Callable[..., Any]]) -> None:
@@ -251,7 +238,7 @@ def _child_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the node, which stops its runs in order
     _start_watchdog(lifeline)
     lifeline.close()
-    flag = _Flag()
+    flag = CancelFlag()
     replies: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
     send_lock = threading.Lock()
 
@@ -338,7 +325,7 @@ def _start_watchdog(lifeline: multiprocessing.connection.Connection) -> None:
         os._exit(0)
 
 
-def _raise_cancelled(flag: _Flag) -> Callable[[int, FrameType | None], None]:
+def _raise_cancelled(flag: CancelFlag) -> Callable[[int, FrameType | None], None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         first = not flag.is_set()
         flag.set()
@@ -349,7 +336,7 @@ def _raise_cancelled(flag: _Flag) -> Callable[[int, FrameType | None], None]:
 
 
 async def _run_async(
-    func: Callable[..., Any], ctx: Context, args: list[Any], kwargs: dict[str, Any], flag: _Flag
+    func: Callable[..., Any], ctx: Context, args: list[Any], kwargs: dict[str, Any], flag: CancelFlag
 ) -> Any:
     task = asyncio.current_task()
     assert task is not None
