@@ -325,6 +325,9 @@ def w5(kind: str, folder: Path, n: int) -> dict[str, object]:
             trace.append((time.time() - instant.timestamp(), depth, age))
             time.sleep(float(os.environ.get("BENCH_W5_SAMPLE_S", "0.25")))
         starts = run.wait_for(n, settle=1.0)
+        depth, oldest = probe.queue_depth()  # drained: the age falls back with the depth
+        age = 0.0 if oldest is None else max(0.0, (probe.now() - oldest).total_seconds())
+        trace.append((time.time() - instant.timestamp(), depth, age))
         peak = run.peak_rss_mb()
         run.stop()
         probe.close()
@@ -338,10 +341,18 @@ def w5(kind: str, folder: Path, n: int) -> dict[str, object]:
             "first_s": [sum(1 for x in late if s * 1000 <= x < (s + 1) * 1000) for s in range(8)],
             "idle": idle,
             "peak": peak,
-            "trace": [(round(t, 1), d, round(a, 1)) for t, d, a in trace if t >= 0][:: max(1, len(trace) // 8)],
+            "trace": [(round(t, 1), d, round(a, 1)) for t, d, a in _thin([x for x in trace if x[0] >= 0], 10)],
         }
     finally:
         drop(store)
+
+
+def _thin(items: list[tuple[float, int, float]], most: int) -> list[tuple[float, int, float]]:
+    """At most ``most`` evenly spaced items, the last one always kept."""
+    if len(items) <= most:
+        return items
+    step = len(items) / (most - 1)
+    return [items[int(i * step)] for i in range(most - 1)] + [items[-1]]
 
 
 def wake(kind: str, folder: Path, samples: int) -> dict[str, float]:
