@@ -278,6 +278,8 @@ def test_max_pending_refuses_the_task_that_would_pass_it_and_harms_nothing(store
         with pytest.raises(QueueFull, match=r"max_pending=1000: 1000 tasks are due and unclaimed") as raised:
             app.schedule("job")
         assert (raised.value.field, raised.value.limit, raised.value.depth) == ("max_pending", 1000, 1000)
+        again = app.schedule("job", key="k7")  # an idempotent retry adds nothing: not refused
+        assert again.id == before[7][0]
         with pytest.raises(QueueFull):
             app.schedule_many([{"task": "job", "delay": 3600}, {"task": "job"}])  # all or nothing
         assert [(t.id, t.status, t.version) for t in app.tasks(limit=10_000)] == before

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, overload
 
 from tickwork.clock import Clock, utcnow
 from tickwork.codec import check_json, dumps
-from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, QueueFull, TaskNotFound
+from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
 from tickwork.events import Events, Hook
 from tickwork.locks import RedisLocks
 from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Stats, Status, Task
@@ -284,8 +284,7 @@ class App:
             max_retries=max_retries, retry_backoff=retry_backoff, priority=priority, max_catchup=max_catchup,
             overlap=overlap,
         )  # fmt: skip
-        self._check_backpressure([new])
-        [stored] = self.store.insert_tasks([new])
+        [stored] = self.store.insert_tasks([new], max_pending=self.max_pending)
         self.wakeup.set()
         return stored
 
@@ -308,24 +307,9 @@ class App:
                 raise type(exc)(f"items[{index}].{exc.field}", exc.value, exc.reason) from exc
             except TypeError as exc:
                 raise InvalidInput(f"items[{index}]", sorted(fields), str(exc)) from exc
-        self._check_backpressure(news)
-        stored = self.store.insert_tasks(news) if news else []
+        stored = self.store.insert_tasks(news, max_pending=self.max_pending) if news else []
         self.wakeup.set()
         return stored
-
-    def _check_backpressure(self, news: list[NewTask]) -> None:
-        """``max_pending``: refuse new work while the nodes are that far behind.
-
-        Counts due-and-unclaimed tasks (a bounded count: it stops at the limit). A soft
-        limit: producers scheduling at the same moment each see the depth before the
-        other's insert, so together they can pass it by their own batch sizes."""
-        if self.max_pending is None or not news:
-            return
-        now = self.store.approximate_now()
-        due_now = sum(1 for new in news if new.next_run_at <= now)
-        depth = self.store.due_count(self.max_pending + 1)
-        if depth + due_now > self.max_pending:
-            raise QueueFull(self.max_pending, depth, due_now)
 
     def _new_task(
         self,

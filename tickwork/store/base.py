@@ -143,11 +143,13 @@ class Store(Protocol):
         computes on its hot path (retry times, how long to sleep)."""
         ...
 
-    def insert_tasks(self, tasks: Sequence[NewTask]) -> list[Task]:
+    def insert_tasks(self, tasks: Sequence[NewTask], *, max_pending: int | None = None) -> list[Task]:
         """Insert all tasks in one transaction and return them in order.
 
         A task whose ``key`` equals the key of a task that is not yet terminal is not
-        inserted: that existing task is returned instead (idempotent scheduling).
+        inserted: that existing task is returned instead (idempotent scheduling). With
+        ``max_pending``, raise ``QueueFull`` and insert nothing if the tasks inserted and
+        due now would take the due-and-unclaimed count past it.
         """
         ...
 
@@ -155,8 +157,11 @@ class Store(Protocol):
         """The earliest ``next_run_at`` among PENDING tasks with these names, or None."""
         ...
 
-    def claim(self, node: str, names: Sequence[str], limit: int, lease: float) -> list[Claim]:
-        """Claim at most ``limit`` due PENDING tasks with these names, for ``lease`` seconds.
+    def claim(
+        self, node: str, names: Sequence[str], limit: int, lease: float, exclude: Sequence[int] = ()
+    ) -> list[Claim]:
+        """Claim at most ``limit`` due PENDING tasks with these names, for ``lease`` seconds,
+        leaving out the ids in ``exclude`` (tasks the node knows another node is on).
 
         Due means ``next_run_at <= now``; oldest due first, higher priority first among
         tasks due at the same time (Quartz's order: it keeps the claim an index walk). Each
@@ -192,8 +197,9 @@ class Store(Protocol):
         """This node's running claims made at or after ``since`` (by the store's clock)."""
         ...
 
-    def expired(self, limit: int) -> list[Claim]:
-        """RUNNING tasks whose lease expired before now, with their execution rows."""
+    def expired(self, limit: int, exclude: Sequence[int] = ()) -> list[Claim]:
+        """RUNNING tasks whose lease expired before now, with their execution rows
+        (leaving out ``exclude``: runs already judged alive by another signal)."""
         ...
 
     def overrun(self, limit: int, grace: float) -> list[Claim]:

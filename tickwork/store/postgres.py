@@ -294,6 +294,9 @@ class PostgresDialect:
     def encode_names(self, names: Sequence[str]) -> list[str]:
         return list(names)
 
+    def encode_ids(self, ids: Sequence[int]) -> list[int]:
+        return [int(i) for i in ids]
+
     def is_transient(self, exc: BaseException) -> bool:
         # Connection and server-side availability errors (and pool timeouts, a subclass);
         # deadlocks and serialization failures, which a retry resolves, too.

@@ -10,7 +10,7 @@ WHERE status = 'PENDING' AND name = ANY(:names);
 
 -- name: claim_candidates
 SELECT id, version FROM tickwork_tasks
-WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names)
+WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
 ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
@@ -19,7 +19,7 @@ LIMIT :limit;
 -- runs. Row locks end with the transaction, never held while a task runs.
 WITH picked AS (
     SELECT id FROM tickwork_tasks
-    WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names)
+    WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
     ORDER BY next_run_at, priority DESC, id
     LIMIT :limit
     FOR NO KEY UPDATE SKIP LOCKED
@@ -142,4 +142,12 @@ JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.sta
 WHERE t.status = 'RUNNING' AND t.max_runtime IS NOT NULL
   AND e.started_at + make_interval(secs => t.max_runtime + :grace) < :now
 ORDER BY e.started_at
+LIMIT :limit;
+
+-- name: expired_runs
+SELECT t.*, e.id AS execution_id, e.scheduled_for AS execution_scheduled_for
+FROM tickwork_tasks t
+JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.status = 'RUNNING'
+WHERE t.status = 'RUNNING' AND t.lease_expires_at < :now AND NOT (t.id = ANY(:exclude::bigint[]))
+ORDER BY t.lease_expires_at
 LIMIT :limit;

@@ -31,6 +31,7 @@ WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names));
 SELECT id, version FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
+  AND id NOT IN (SELECT value FROM json_each(:exclude))
 ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
@@ -111,6 +112,7 @@ SELECT t.*, e.id AS execution_id, e.scheduled_for AS execution_scheduled_for
 FROM tickwork_tasks t
 JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.status = 'RUNNING'
 WHERE t.status = 'RUNNING' AND t.lease_expires_at < :now
+  AND t.id NOT IN (SELECT value FROM json_each(:exclude))
 ORDER BY t.lease_expires_at
 LIMIT :limit;
 
@@ -243,8 +245,9 @@ WHERE finished_at IS NOT NULL
 GROUP BY status;
 
 -- name: due_count
--- Due and unclaimed, counted up to :limit only (a producer's backpressure check must
--- stay cheap however deep the queue is).
+-- Due by :due_by and unclaimed, counted up to :limit only (a producer's backpressure
+-- check must stay cheap however deep the queue is). :due_by, not the statement's own
+-- now(): it must judge the rows just inserted by the same clock that stamped them.
 SELECT COUNT(*) AS n FROM (
-    SELECT 1 FROM tickwork_tasks WHERE status = 'PENDING' AND next_run_at <= :now LIMIT :limit
+    SELECT 1 FROM tickwork_tasks WHERE status = 'PENDING' AND next_run_at <= :due_by LIMIT :limit
 ) AS due;

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from tickwork.codec import clean_text, json_problem
-from tickwork.errors import InvalidInput
+from tickwork.errors import InvalidInput, QueueFull
 from tickwork.model import (
     ErrorInfo,
     Execution,
@@ -87,6 +87,8 @@ class Dialect(Protocol):
 
     def encode_names(self, names: Sequence[str]) -> Any: ...
 
+    def encode_ids(self, ids: Sequence[int]) -> Any: ...
+
     def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None: ...
 
     def is_transient(self, exc: BaseException) -> bool: ...
@@ -144,13 +146,26 @@ class SQLStore:
 
     # -- scheduling ---------------------------------------------------------------
 
-    def insert_tasks(self, tasks: Sequence[NewTask]) -> list[Task]:
+    def insert_tasks(self, tasks: Sequence[NewTask], *, max_pending: int | None = None) -> list[Task]:
         if not tasks:
             return []
         with self.dialect.transaction() as s:
-            return self._insert(s, tasks)
+            due_by = self.dialect.approximate_now()
+            inserted, new_due = self._insert(s, tasks, due_by)
+            if max_pending is not None and new_due:
+                # Counted after the insert, in its transaction: only rows really added
+                # (not a key's existing task) count, and a refusal rolls them all back.
+                d = self.dialect
+                params = {"due_by": d.encode_time(due_by), "limit": max_pending + new_due + 1}
+                row = s.fetch_one("due_count", params)
+                depth = 0 if row is None else int(row["n"])
+                if depth > max_pending:
+                    raise QueueFull(max_pending, depth - new_due, new_due)
+            return inserted
 
-    def _insert(self, s: Session, tasks: Sequence[NewTask]) -> list[Task]:
+    def _insert(self, s: Session, tasks: Sequence[NewTask], due_by: datetime | None = None) -> tuple[list[Task], int]:
+        """The tasks as stored (a key's live task for a duplicate key), and how many of
+        them were inserted now and are due by ``due_by``."""
         d = self.dialect
         now = d.encode_time(d.approximate_now())
         params = [
@@ -182,13 +197,15 @@ class SQLStore:
             for new in tasks
         ]
         inserted: list[Task] = []
+        new_due = 0
         for new, rows in zip(tasks, s.fetch_many("insert_task", params), strict=True):
             row = rows[0] if rows else s.fetch_one("live_task_by_key", {"key": new.key})
             if row is None:  # the key's holder ended between the conflict and the read
                 raise RuntimeError(f"insert of key={new.key!r} conflicted but no live task holds it")
             inserted.append(self._task(row))
+            new_due += bool(rows) and due_by is not None and new.next_run_at <= due_by
         self._notify(s, "due")
-        return inserted
+        return inserted, new_due
 
     def next_due_at(self, names: Sequence[str]) -> datetime | None:
         with self.dialect.reader() as s:
@@ -197,7 +214,9 @@ class SQLStore:
 
     # -- claims and leases --------------------------------------------------------
 
-    def claim(self, node: str, names: Sequence[str], limit: int, lease: float) -> list[Claim]:
+    def claim(
+        self, node: str, names: Sequence[str], limit: int, lease: float, exclude: Sequence[int] = ()
+    ) -> list[Claim]:
         if limit <= 0 or not names:
             return []
         d = self.dialect
@@ -212,6 +231,7 @@ class SQLStore:
                 "lease": lease,
                 "lease_until": d.encode_time(now + timedelta(seconds=lease)),
                 "names": d.encode_names(names),
+                "exclude": d.encode_ids(exclude),
                 "limit": limit,
             }
             if self.claim_strategy == "skip_locked":
@@ -401,8 +421,8 @@ class SQLStore:
             rows = s.fetch_all("claimed_since", {"node": node, "since": d.encode_time(since)})
         return [Claim(self._task(r), int(r["execution_id"]), self._time(r["execution_scheduled_for"])) for r in rows]
 
-    def expired(self, limit: int) -> list[Claim]:
-        return self._running_claims("expired_runs", limit)
+    def expired(self, limit: int, exclude: Sequence[int] = ()) -> list[Claim]:
+        return self._running_claims("expired_runs", limit, exclude=self.dialect.encode_ids(exclude))
 
     def overrun(self, limit: int, grace: float) -> list[Claim]:
         return self._running_claims("overrun_runs", limit, grace=grace)
@@ -472,7 +492,7 @@ class SQLStore:
             rows = s.fetch_all("taken_slots", {"id": task_id, "start": d.encode_time(start), "end": d.encode_time(end)})
             taken = {self._time(r["slot"]) for r in rows}
             fresh = [run for run in runs if run.scheduled_at not in taken]
-            return self._insert(s, fresh) if fresh else []
+            return self._insert(s, fresh)[0] if fresh else []
 
     def trigger(self, task_id: int) -> Task | None:
         return self._change("trigger_task", task_id, notify="due")
@@ -524,7 +544,7 @@ class SQLStore:
     def due_count(self, limit: int) -> int:
         d = self.dialect
         with d.reader() as s:
-            row = s.fetch_one("due_count", {"now": d.encode_time(d.approximate_now()), "limit": limit})
+            row = s.fetch_one("due_count", {"due_by": d.encode_time(d.approximate_now()), "limit": limit})
         return 0 if row is None else int(row["n"])
 
     def queue_depth(self) -> tuple[int, datetime | None]:

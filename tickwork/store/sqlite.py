@@ -187,6 +187,9 @@ class SQLiteDialect:
     def encode_names(self, names: Sequence[str]) -> str:
         return json.dumps(list(names))
 
+    def encode_ids(self, ids: Sequence[int]) -> str:
+        return json.dumps([int(i) for i in ids])
+
     def is_transient(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError)
 
