@@ -147,7 +147,7 @@ def test_heartbeat_extension_holds_a_lock_for_five_times_its_ttl(locks: RedisLoc
     assert locks.alive([1, 2]) == {1}
     # Once the heartbeat stops, it expires like any other lock.
     gone_after(lambda: locks.holder(1) is None, timeout=ttl + 2.0)
-    assert locks.extend_many([(1, token, ttl)]) == {1: False}
+    assert locks.extend_many([(1, token, ttl)]) == {1: None}  # gone, and nobody holds it
     assert locks.holder(1) is None  # extension never recreates a lost lock
 
 
@@ -293,7 +293,7 @@ def test_retake_restores_a_lock_redis_lost_but_never_one_held_by_another(locks: 
     theirs = locks.acquire(2, 10.0)
     assert mine is not None and theirs is not None
     raw.delete(locks.key(1))  # what a restart without persistence does
-    assert locks.extend_many([(1, mine, 10.0)]) == {1: False}  # strict: lost
+    assert locks.extend_many([(1, mine, 10.0)]) == {1: None}  # strict: gone, not re-taken
     assert locks.holder(1) is None
     assert locks.extend_many([(1, mine, 10.0), (2, "someone:10000", 10.0)], retake=True) == {1: True, 2: False}
     assert locks.holder(1) == mine and locks.holder(2) == theirs

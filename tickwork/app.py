@@ -114,6 +114,8 @@ class App:
         except ValueError as exc:
             raise InvalidInput("redis_mode", redis_mode, "must be 'best_effort' or 'required'") from exc
         self.lock_ttl = _optional_positive("lock_ttl", lock_ttl)
+        if self.lock_ttl is not None and self.lock_ttl < self.lease:
+            raise InvalidInput("lock_ttl", lock_ttl, f"must be at least the lease ({lease} s): heartbeats extend it")
         self.wakeup = threading.Event()
         """Set when this process schedules or triggers something, to wake a local node."""
         self._store: Store | None = None

@@ -77,9 +77,12 @@ local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
     return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-if not held and ARGV[3] == '1' then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return 1
+if not held then
+    if ARGV[3] == '1' then
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+        return 1
+    end
+    return -1
 end
 return 0
 """
@@ -187,14 +190,14 @@ class RedisLocks:
         results = self._pipeline(run)
         return {task_id: token if ok else None for (task_id, token, _), ok in zip(commands, results, strict=True)}
 
-    def extend_many(self, items: list[tuple[int, str, float]], *, retake: bool = False) -> dict[int, bool]:
+    def extend_many(self, items: list[tuple[int, str, float]], *, retake: bool = False) -> dict[int, bool | None]:
         """Reset the TTL of ``(task_id, token, ttl_seconds)`` locks still held with ``token``.
 
-        False means the lock is lost (now someone else's, or expired): the caller must treat
-        it like a lost lease. Nothing is changed for a key that holds another token. With
-        ``retake``, a key that no longer exists is set again with ``token``: for a caller
-        that has just confirmed its ownership in the database (Redis lost its data, the
-        run did not change hands).
+        True: extended. False: the key holds another token — someone else has the lock,
+        and the caller must treat it like a lost lease; nothing is changed. None: the key
+        does not exist (it expired, or Redis lost it): nobody holds it. With ``retake``,
+        such a key is set again with ``token`` (True): for a caller that has just
+        confirmed in the database that the run is still its own.
         """
         commands = [(task_id, token, _ttl_ms(ttl)) for task_id, token, ttl in items]
         flag = "1" if retake else "0"
@@ -204,7 +207,9 @@ class RedisLocks:
                 self._extend(keys=[self.key(task_id)], args=[token, ms, flag], client=pipe)
 
         results = self._pipeline(run)
-        return {task_id: bool(ok) for (task_id, _, _), ok in zip(commands, results, strict=True)}
+        return {
+            task_id: None if code == -1 else bool(code) for (task_id, _, _), code in zip(commands, results, strict=True)
+        }
 
     def release_many(self, items: list[tuple[int, str]]) -> dict[int, bool]:
         """Delete the ``(task_id, token)`` locks that still hold ``token``; True where deleted.

@@ -32,6 +32,8 @@ log = logging.getLogger("tickwork.locks")
 # During an outage Redis is asked again at most this often: an unreachable server costs
 # a timeout per call, which must not be paid on every claim.
 RETRY_DOWN_S = 2.0
+# Held-back releases kept for when Redis returns, at most.
+MAX_UNRELEASED = 10_000
 
 
 class RedisMode(enum.StrEnum):
@@ -63,6 +65,9 @@ class NodeLocks:
         # lock released after its result was written must not be re-taken by a heartbeat
         # that confirmed the run a moment before the write.
         self._tokens_lock = threading.Lock()
+        # Releases Redis did not take (an outage): sent again before the next acquire,
+        # or a finished run's lock would refuse its task's next claims for a lease.
+        self._unreleased: list[tuple[int, str]] = []
 
     def ttl_for(self, task: Task) -> float:
         """Above the run's expected length: ``lock_ttl`` if set, else the task's timeout
@@ -96,6 +101,7 @@ class NodeLocks:
         if not self._worth_asking():
             return Taken({}, list(claims) if self.mode is RedisMode.REQUIRED else [])
         try:
+            self._flush_unreleased()
             tokens = self.locks.acquire_many(
                 [(c.task.id, self.ttl_for(c.task)) for c in claims], stale_after=self.stale_after
             )
@@ -141,30 +147,50 @@ class NodeLocks:
                 [(r.task_id, r.lock_token, r.lock_ttl) for r in locked if r.lock_token is not None], retake=retake
             )
             for run in locked:
-                (kept if results[run.task_id] else lost).add(run.execution_id)
+                extended = results[run.task_id]
+                if extended:
+                    kept.add(run.execution_id)
+                elif extended is False:  # another token holds it: someone else has the lock
+                    lost.add(run.execution_id)
 
     def release(self, runs: Sequence[Run]) -> None:
         with self._tokens_lock:
             items = [(r.task_id, r.lock_token) for r in runs if r.lock_token is not None]
             for run in runs:
                 run.lock_token = None
-            if not items or not self._worth_asking():
-                return  # during an outage the locks are left to expire
+            pending = [(task_id, token) for task_id, token in items if token is not None]
+            if not pending:
+                return
+            if not self._worth_asking():
+                self._keep_unreleased(pending)
+                return
             try:
-                self.locks.release_many([(task_id, token) for task_id, token in items if token is not None])
+                self.locks.release_many(pending)
             except LockStoreUnavailable as exc:
-                self._outage(exc)  # the locks expire by themselves
+                self._outage(exc)
+                self._keep_unreleased(pending)
 
-    def live(self, task_ids: Sequence[int]) -> set[int]:
-        """Of these tasks, those whose lock is still being extended (for the reconciler).
-        Redis down: none known, and the leases alone decide."""
+    def _keep_unreleased(self, items: list[tuple[int, str]]) -> None:
+        self._unreleased.extend(items)
+        del self._unreleased[:-MAX_UNRELEASED]  # beyond that, the oldest are left to go stale
+
+    def _flush_unreleased(self) -> None:
+        """Send the releases an outage held back (token-checked: harmless if stale)."""
+        with self._tokens_lock:
+            if self._unreleased:
+                self.locks.release_many(self._unreleased)
+                self._unreleased.clear()
+
+    def live(self, task_ids: Sequence[int]) -> set[int] | None:
+        """Of these tasks, those whose lock is still being extended (for the reconciler);
+        None when Redis cannot say (down, or in the retry pause after a failure)."""
         if not self._worth_asking():
-            return set()
+            return None
         try:
             return self.locks.extended_within(task_ids, self.stale_after)
         except LockStoreUnavailable as exc:
             self._outage(exc)
-            return set()
+            return None
 
     def close(self) -> None:
         self.locks.close()

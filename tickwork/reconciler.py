@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tickwork.events import Events, for_outcome
 from tickwork.metrics import RECOVERED
@@ -26,20 +26,26 @@ from tickwork.store.base import Claim, Outcome, Store
 log = logging.getLogger("tickwork.reconciler")
 
 BATCH = 100
+# Pages of runs spared as alive that one pass looks past.
+SPARED_PAGES = 10
 
 
 def reconcile(
     store: Store,
     node_ttl: float = 90.0,
     events: Events | None = None,
-    live: Callable[[list[int]], set[int]] | None = None,
+    live: Callable[[list[int]], set[int] | None] | None = None,
+    lock_grace: float = 30.0,
     overrun_grace: float = 30.0,
 ) -> int:
     """Recover one batch of expired and one of overrun runs and forget nodes silent for
     ``node_ttl`` seconds; return how many runs this call recovered.
 
     ``live`` (with Redis locks) names the tasks whose lock is still being extended: their
-    node is alive though its lease lapsed, so their runs are not lost (yet).
+    node is alive though its lease lapsed, so their runs are not lost yet — for at most
+    ``lock_grace`` seconds past the lease, which is when such a node stops them itself.
+    When Redis cannot say (None), runs within that window are left alone too: reaping a
+    run whose node may be alive could start it twice.
     ``overrun_grace``: how long past its max_runtime a run is left to its own node (which
     stops it at max_runtime) before any node takes it over — a lease is right: a node
     that cannot stop a run within a lease of trying is stuck."""
@@ -48,14 +54,34 @@ def reconcile(
         log.warning("removed %d node rows with no heartbeat for %.0f s", pruned, node_ttl)
     expired = store.expired(BATCH)
     if expired and live is not None:
-        alive = live([c.task.id for c in expired])
-        for claim in expired:
-            if claim.task.id in alive:
-                log.info("task %s: lease expired but its Redis lock is still extended; not lost", claim.task.id)
-        expired = [c for c in expired if c.task.id not in alive]
+        spared: set[int] = set()
+        for page in range(SPARED_PAGES):
+            spared |= _spared(store, expired, live, lock_grace)
+            expired = [c for c in expired if c.task.id not in spared]
+            if expired or page == SPARED_PAGES - 1:
+                break
+            expired = store.expired(BATCH, exclude=sorted(spared))  # the runs behind a page of spared ones
+            if not expired:
+                break
     return _recover(store, expired, events, overrun=False) + _recover(
         store, store.overrun(BATCH, overrun_grace), events, overrun=True
     )
+
+
+def _spared(
+    store: Store, expired: list[Claim], live: Callable[[list[int]], set[int] | None], lock_grace: float
+) -> set[int]:
+    """The expired runs not to reap yet: within ``lock_grace`` past their lease, with a
+    lock still being extended, or Redis unable to say."""
+    cutoff = store.now() - timedelta(seconds=lock_grace)
+    recent = [c.task.id for c in expired if c.task.lease_expires_at is not None and c.task.lease_expires_at > cutoff]
+    if not recent:
+        return set()
+    alive = live(recent)
+    spared = set(recent) if alive is None else alive & set(recent)
+    for task_id in sorted(spared):
+        log.info("task %s: lease expired but its node may be alive (Redis lock); not lost yet", task_id)
+    return spared
 
 
 def _recover(store: Store, claims: list[Claim], events: Events | None, *, overrun: bool) -> int:

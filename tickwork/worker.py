@@ -158,6 +158,8 @@ class Worker:
         if prefetch is not None and prefetch < 0:
             raise ValueError(f"prefetch={prefetch}: must be >= 0")
         self.prefetch = Prefetch(concurrency, PREFETCH_CAP_PER_SLOT * concurrency if prefetch is None else prefetch)
+        self._adaptive_prefetch = prefetch is None
+        self._locked_elsewhere: dict[int, float] = {}  # task id -> monotonic time to try it again
         self.store = app.store
         self.concurrency = concurrency
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -234,7 +236,6 @@ class Worker:
                 raise RuntimeError("monitor thread died; stopping the node") from self._monitor_failed
             if self._recorder.failure is not None:
                 raise RuntimeError("recorder thread died; stopping the node") from self._recorder.failure
-            self._autoscale()
             extra = self.prefetch.extra()
             capacity = self.concurrency + extra
             running = self.running
@@ -254,7 +255,9 @@ class Worker:
                 attempted_at = self.store.approximate_now()
                 try:
                     started = time.monotonic()
-                    claims = self.store.claim(self.node_id, self.names, free, self.app.lease)
+                    claims = self.store.claim(
+                        self.node_id, self.names, free, self.app.lease, exclude=self._locked_elsewhere_ids()
+                    )
                     if claims:
                         self.prefetch.observe_refill(time.monotonic() - started + self._recorder.write_s)
                 except Exception:
@@ -270,25 +273,39 @@ class Worker:
                 for claim in claims:
                     if claim.execution_id not in refused:
                         self._dispatch(claim, tokens.get(claim.execution_id))
+                self._autoscale()  # with the slots just refilled: how busy the node really is
                 if refused and len(refused) == claimed:
-                    # Locked by live nodes (or Redis down in required mode): do not spin on them.
-                    wakeup.wait(self.app.poll_interval)
-                    wakeup.clear()
+                    # Redis down in required mode, or all locked by live nodes (left out of
+                    # the next claims for a while): do not spin on them.
+                    self._stopping.wait(self.app.poll_interval)
                     continue
                 if claimed == free:
                     continue  # every slot filled: more may be due
+            else:
+                self._autoscale()
             wakeup.wait(self._sleep_for(free - claimed))
             wakeup.clear()
 
+    def _locked_elsewhere_ids(self) -> list[int]:
+        now = time.monotonic()
+        for task_id in [t for t, until in self._locked_elsewhere.items() if until <= now]:
+            del self._locked_elsewhere[task_id]
+        return list(self._locked_elsewhere)
+
     def _lock(self, claims: list[Claim]) -> tuple[dict[int, str], set[int]]:
-        """Take the Redis locks of fresh claims; give back those another node holds.
+        """Take the Redis locks of fresh claims; give back those another node holds and
+        leave those out of this node's claims for a heartbeat (their holder extends
+        them every heartbeat, and the next claims must not be the same ones again).
         Returns the tokens and the execution ids given back, both by execution id."""
         if self.locks is None or not claims:
             return {}, set()
         taken = self.locks.take(claims)
         if taken.refused:
+            until = time.monotonic() + self.app.heartbeat
+            for claim in taken.refused:
+                self._locked_elsewhere[claim.task.id] = until
             try:
-                self.store.release(self.node_id, taken.refused)
+                self.store.release(self.node_id, taken.refused, notify=False)
             except Exception:
                 log.warning(
                     "could not give back %d claims; their leases will expire", len(taken.refused), exc_info=True
@@ -301,16 +318,19 @@ class Worker:
             return
         self._next_scale_check = time.monotonic() + AUTOSCALE_EVERY_S
         try:
-            depth, oldest = self.store.queue_depth()
+            oldest = self.store.next_due_at(self.names)  # the tasks this node runs, not others'
             age = None if oldest is None else (self.store.approximate_now() - oldest).total_seconds()
         except Exception:
-            log.warning("queue depth unavailable; slots unchanged", exc_info=True)
+            log.warning("queue age unavailable; slots unchanged", exc_info=True)
             return
+        age = age if age is not None and age >= 0 else None  # not due yet: no backlog
         slots = self.autoscaler.decide(self.concurrency, self.running, age)
         if slots != self.concurrency:
-            log.info("slots %d -> %d (queue depth %d, oldest due %s s)", self.concurrency, slots, depth, age)
+            log.info("slots %d -> %d (oldest due task waiting %s s)", self.concurrency, slots, age)
             self._pool.resize(slots)
             self.concurrency = self.prefetch.concurrency = slots
+            if self._adaptive_prefetch:
+                self.prefetch.cap = PREFETCH_CAP_PER_SLOT * slots
             SLOTS.set(slots)
 
     def _give_back_lost_claims(self, since: datetime) -> None:
@@ -336,7 +356,12 @@ class Worker:
             due = self.store.next_due_at(self.names)
             if due is None:
                 return cap
-            return min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))
+            wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))
+            if wait == 0.0 and self._locked_elsewhere:
+                # The due task may be one left out as locked elsewhere: retry when it may
+                # be free (new work still wakes us), rather than spin on it.
+                wait = min(cap, max(0.0, min(self._locked_elsewhere.values()) - time.monotonic()))
+            return wait
         except Exception:
             log.exception("next_due_at failed")
             return cap
@@ -499,7 +524,7 @@ class Worker:
         except Exception:
             log.warning("renewing leases failed", exc_info=True)
             kept = self._extend_locks([], runs)
-            self._cancel_unrenewed([r for r in runs if r.execution_id not in kept])
+            self._cancel_unrenewed(runs, kept)
         else:
             self._apply_renewals(runs, renewals, asked)
             renewed = {(r.task_id, r.fence) for r in renewals}
@@ -540,10 +565,13 @@ class Worker:
                 run.request_cancel(CancelReason.LOCK_LOST)
         return kept
 
-    def _cancel_unrenewed(self, runs: list[Run]) -> None:
-        limit = self.app.lease * LEASE_SAFETY
+    def _cancel_unrenewed(self, runs: list[Run], kept: set[int]) -> None:
+        """Runs whose lease this node could not renew stop before another node may take
+        them: at LEASE_SAFETY of the lease, or, while their Redis lock is still extended
+        (which the reconcilers count as a sign of life for one more lease), of two."""
         for run in runs:
-            if time.monotonic() - run.renewed_at > limit:
+            leases = 2 if run.execution_id in kept else 1
+            if time.monotonic() - run.renewed_at > self.app.lease * leases * LEASE_SAFETY:
                 log.warning("task %s: lease could not be renewed in time; cancelling the run", run.task_id)
                 run.request_cancel(CancelReason.LOST)
 
@@ -587,7 +615,12 @@ class Worker:
                 node_ttl = max(NODE_TTL_FLOOR_S, 3 * self.app.lease)
                 live = self.locks.live if self.locks is not None else None
                 recovered = reconcile(
-                    self.store, node_ttl=node_ttl, events=self.app.events, live=live, overrun_grace=self.app.lease
+                    self.store,
+                    node_ttl=node_ttl,
+                    events=self.app.events,
+                    live=live,
+                    lock_grace=self.app.lease,
+                    overrun_grace=self.app.lease,
                 )
                 if recovered:
                     self.app.wakeup.set()  # recovered runs are due again: claim them now, not at the next poll
@@ -630,13 +663,13 @@ class Worker:
                 run.released = True
         if not unstarted:
             return
+        if self.locks is not None:
+            self.locks.release(unstarted)  # first: a node claiming them right after must find them free
         try:
             released = self.store.release(self.node_id, [r.claim for r in unstarted])
             log.info("gave back %d claimed but unstarted tasks", released)
         except Exception:
             log.warning("could not give back unstarted claims; their leases will expire", exc_info=True)
-        if self.locks is not None:
-            self.locks.release(unstarted)
         with self._runs_changed:
             for run in unstarted:
                 self._runs.pop(run.execution_id, None)

@@ -187,10 +187,11 @@ class Store(Protocol):
         """
         ...
 
-    def release(self, node: str, claims: Sequence[Claim]) -> int:
+    def release(self, node: str, claims: Sequence[Claim], *, notify: bool = True) -> int:
         """Give back claims that never started: PENDING again (CANCELLED if a cancel
         was requested meanwhile), attempt restored, their execution rows removed.
-        Fenced; returns how many were released."""
+        Fenced; returns how many were released. ``notify=False``: do not wake the nodes
+        (claims given back because another node is running them)."""
         ...
 
     def claimed_since(self, node: str, since: datetime) -> list[Claim]:

@@ -398,7 +398,7 @@ class SQLStore:
             "decision": clean_text(o.decision) if o.decision else None,
         }
 
-    def release(self, node: str, claims: Sequence[Claim]) -> int:
+    def release(self, node: str, claims: Sequence[Claim], *, notify: bool = True) -> int:
         if not claims:
             return 0
         claims = sorted(claims, key=lambda c: c.task.id)
@@ -411,7 +411,7 @@ class SQLStore:
                 if s.fetch_one("release_task", params) is not None:
                     s.execute("delete_execution", {"execution_id": c.execution_id})
                     released += 1
-            if released:
+            if released and notify:
                 self._notify(s, "due")
         return released
 
