@@ -79,7 +79,11 @@ class QueueCollector(Collector):
             "Seconds since the oldest due, unclaimed task came due (0 when none is): scale out when it grows.",
             value=age,
         )
-        yield GaugeMetricFamily("tickwork_nodes", "Worker nodes with a live heartbeat.", value=nodes)
+        yield GaugeMetricFamily(
+            "tickwork_nodes",
+            "Worker node rows: nodes that heartbeat (dead ones are pruned after 3 leases).",
+            value=nodes,
+        )
 
 
 _collector_lock = threading.Lock()
