@@ -400,5 +400,10 @@ def _datetime(field: str, text: str | None) -> datetime | None:
         raise InvalidInput(field, text, "not an ISO 8601 datetime") from exc
 
 
+# Last: the serve command's module imports this one (load_app).
+from tickwork.http.cli import serve  # noqa: E402
+
+main.add_command(serve)
+
 if __name__ == "__main__":
     main()

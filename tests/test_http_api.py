@@ -1,0 +1,578 @@
+"""The HTTP API and the dashboard through the real ASGI app: every route, every error
+code, the token rules (none, wrong, empty configuration), sessions and CSRF, and markup
+in user-supplied text rendered as text."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from markupsafe import escape
+
+from tests.http_support import (
+    AUTH,
+    EVIL,
+    EVIL_ERROR,
+    EVIL_NAME,
+    TOKEN,
+    client_of,
+    make_app,
+    run_worker_until,
+    wait_until,
+)
+from tickwork import App, Status
+from tickwork.cli import main
+from tickwork.http import TokenConfigError, create_app
+from tickwork.http.auth import LOGIN_COOKIE, SESSION_COOKIE, Auth
+from tickwork.http.server import ServeConfigError, access, is_loopback
+
+V1 = "/api/v1"
+
+
+@pytest.fixture
+def web_app(store_url: str) -> Iterator[App]:
+    """The web tests' App, on each store."""
+    application = make_app(store_url)
+    yield application
+    application.close()
+
+
+@pytest.fixture
+def api(web_app: App) -> Iterator[Any]:
+    """A client of the real ASGI app (its lifespan run), with the token configured."""
+    with client_of(web_app, token=TOKEN) as client:
+        yield client
+
+
+def schedule(api: Any, **body: Any) -> dict[str, Any]:
+    response = api.post(f"{V1}/tasks", json={"name": "web.ok", **body}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def problem(response: Any, status: int, field: str | None = None) -> dict[str, Any]:
+    """Assert an error answer of the documented shape."""
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"error", "message", "field", "reason"}
+    if field is not None:
+        assert body["field"] == field, body
+        assert body["reason"], body
+    return body
+
+
+# -- the token --------------------------------------------------------------------------
+
+
+def test_reads_and_writes_need_the_token(api: Any, web_app: App) -> None:
+    for method, path in [("get", f"{V1}/tasks"), ("get", f"{V1}/stats"), ("post", f"{V1}/tasks")]:
+        missing = api.request(method.upper(), path, json={"name": "web.ok"})
+        assert problem(missing, 401)["error"] == "unauthorized"
+        assert missing.headers["www-authenticate"] == "Bearer"
+        assert "missing token" in missing.json()["message"]
+        for header in [f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", f"Basic {TOKEN}", "Bearer", TOKEN]:
+            wrong = api.request(method.upper(), path, json={"name": "web.ok"}, headers={"Authorization": header})
+            problem(wrong, 401)
+    assert web_app.tasks() == []  # refused writes stored nothing
+    assert api.get(f"{V1}/tasks", headers=AUTH).status_code == 200
+    assert api.get(f"{V1}/tasks", headers={"Authorization": f"bearer  {TOKEN} "}).status_code == 200
+
+
+def test_public_read_opens_reads_only(web_app: App) -> None:
+    with client_of(web_app, token=TOKEN, public_read=True) as api:
+        assert api.get(f"{V1}/tasks").status_code == 200
+        assert api.get(f"{V1}/stats").status_code == 200
+        assert api.get("/metrics").status_code == 200
+        problem(api.post(f"{V1}/tasks", json={"name": "web.ok"}), 401)
+        task = schedule(api, delay=60)
+        problem(api.post(f"{V1}/tasks/{task['id']}/cancel"), 401)
+        assert api.get(f"{V1}/tasks/{task['id']}").json()["status"] == "PENDING"
+
+
+def test_empty_token_configuration_is_refused(web_app: App) -> None:
+    """TICKWORK_API_TOKEN="" must not mean "no auth": the app and the server refuse it."""
+    for bad in ["", "   ", "short", f" {TOKEN}"]:
+        with pytest.raises(TokenConfigError):
+            create_app(web_app, token=bad)
+        with pytest.raises(ServeConfigError):
+            access("127.0.0.1", bad, False)
+    with pytest.raises(TokenConfigError, match="empty"):
+        Auth("")
+
+
+def test_serve_refuses_empty_token_and_exposure_without_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    monkeypatch.setenv("TICKWORK_API_TOKEN", "")
+    result = runner.invoke(main, ["serve", "tests.http_support:app"])
+    assert result.exit_code == 1 and "set but empty" in result.output
+    monkeypatch.delenv("TICKWORK_API_TOKEN")
+    result = runner.invoke(main, ["serve", "tests.http_support:app", "--host", "0.0.0.0"])
+    assert result.exit_code == 1 and "refusing to listen on '0.0.0.0' without a token" in result.output
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("[::1]") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1") and not is_loopback("example.com")
+    assert access("127.0.0.1", None, False) is True  # no token on loopback: read-only, reads open
+    assert access("0.0.0.0", TOKEN, False) is False
+    assert "--with-worker" in runner.invoke(main, ["serve", "--help"]).output
+
+
+def test_without_a_token_nothing_can_be_written(web_app: App) -> None:
+    with client_of(web_app, token=None, public_read=True) as api:
+        assert api.get(f"{V1}/tasks").status_code == 200
+        refused = problem(api.post(f"{V1}/tasks", json={"name": "web.ok"}, headers=AUTH), 401)
+        assert "no API token" in refused["message"]
+        login = api.get("/login")
+        assert "nobody can sign in" in login.text
+        csrf = api.cookies.get(LOGIN_COOKIE)
+        assert api.post("/login", data={"token": "", "csrf": csrf}, follow_redirects=False).status_code == 401
+    with client_of(web_app, token=None) as api:  # and without public reads, nothing at all
+        problem(api.get(f"{V1}/tasks"), 401)
+
+
+# -- scheduling --------------------------------------------------------------------------
+
+
+def test_schedule_every_kind_of_task(api: Any, web_app: App) -> None:
+    now = datetime.now(UTC)
+    once = schedule(api, args=[1, "two"], kwargs={"value": {"nested": [True, None]}})
+    assert once["kind"] == "ONE_TIME" and once["status"] == "PENDING"
+    assert once["args"] == [1, "two"] and once["kwargs"] == {"value": {"nested": [True, None]}}
+    delayed = schedule(api, delay=120)
+    assert datetime.fromisoformat(delayed["scheduled_at"]) >= now + timedelta(seconds=119)
+    at = (now + timedelta(days=1)).replace(microsecond=0).astimezone(UTC)
+    timed = schedule(api, at=at.isoformat())
+    assert datetime.fromisoformat(timed["scheduled_at"]) == at
+    cron = schedule(api, cron="0 9 * * 1-5", timezone="Europe/Berlin", misfire="SKIP", jitter=5, priority=3)
+    assert cron["kind"] == "RECURRING" and cron["cron"] == "0 9 * * 1-5" and cron["timezone"] == "Europe/Berlin"
+    assert cron["misfire"] == "SKIP" and cron["jitter"] == 5 and cron["priority"] == 3
+    every = schedule(api, every=300, overlap="replace", max_retries=2, retry_backoff=0.5, timeout=10)
+    assert every["interval"] == 300 and every["overlap"] == "replace" and every["max_retries"] == 2
+    keyed = schedule(api, key="nightly", delay=60)
+    again = schedule(api, key="nightly", delay=60)
+    assert again["id"] == keyed["id"]  # idempotent: the live task holding the key
+    stored = [once, delayed, timed, cron, every, keyed]
+    assert [t.id for t in web_app.tasks()] == [t["id"] for t in stored]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "no.such.task"}, "name"),
+        ({"name": "web.ok", "at": "2030-01-01T09:00:00"}, "at"),
+        ({"name": "web.ok", "cron": "61 * * * *"}, "cron"),
+        ({"name": "web.ok", "cron": "0 0 30 2 *"}, "cron"),
+        ({"name": "web.ok", "cron": "0 9 * * *", "timezone": "Mars/Olympus"}, "timezone"),
+        ({"name": "web.ok", "delay": -1}, "delay"),
+        ({"name": "web.ok", "delay": 5, "at": "2030-01-01T09:00:00Z"}, "at"),
+        ({"name": "web.ok", "cron": "* * * * *", "every": 60}, "every"),
+        ({"name": "web.ok", "every": 0}, "every"),
+        ({"name": "web.ok", "kwargs": [1, 2]}, "kwargs"),
+        ({"name": "web.ok", "args": {"a": 1}}, "args"),
+        ({"name": "web.ok", "kwargs": {"v": "nul\u0000byte"}}, "kwargs['v']"),
+        ({"name": "web.ok", "key": "nul\u0000"}, "key"),
+        ({"name": "web.ok", "misfire": "SOMETIMES"}, "misfire"),
+        ({"name": "web.ok", "max_retries": -1}, "max_retries"),
+        ({"name": "web.ok", "priority": 2**40}, "priority"),
+        ({"name": "web.ok", "delay": "soon"}, "delay"),
+        ({"name": "web.ok", "task": "web.ok"}, "task"),
+        ({"kwargs": {}}, "name"),
+        ({"name": ""}, "name"),
+    ],
+)
+def test_schedule_refuses_bad_input_naming_the_field(api: Any, web_app: App, body: dict[str, Any], field: str) -> None:
+    refused = problem(api.post(f"{V1}/tasks", json=body, headers=AUTH), 422, field)
+    assert refused["error"] == "invalid_input"
+    assert web_app.tasks() == []
+
+
+def test_schedule_refuses_malformed_json(api: Any) -> None:
+    headers = {**AUTH, "Content-Type": "application/json"}
+    assert (
+        "not valid JSON"
+        in problem(api.post(f"{V1}/tasks", content=b'{"name": ', headers=headers), 422, "body")["reason"]
+    )
+    problem(api.post(f"{V1}/tasks", content=b"[]", headers=headers), 422)
+
+
+def test_payload_over_the_limit_is_413(api: Any, web_app: App) -> None:
+    over = problem(api.post(f"{V1}/tasks", json={"name": "web.ok", "kwargs": {"v": "x" * 3000}}, headers=AUTH), 413)
+    assert over["error"] == "payload_too_large" and over["field"] == "kwargs" and "max_payload=2048" in over["reason"]
+    huge = b'{"name": "web.ok", "kwargs": {"v": "' + b"x" * (2 * 1024 * 1024) + b'"}}'
+    body = problem(api.post(f"{V1}/tasks", content=huge, headers={**AUTH, "Content-Type": "application/json"}), 413)
+    assert body["field"] == "body"
+    assert web_app.tasks() == []
+
+
+def test_a_streamed_body_over_the_limit_is_413(api: Any) -> None:
+    def chunks() -> Any:
+        for _ in range(40):
+            yield b"x" * 65536
+
+    response = api.post(f"{V1}/tasks", content=chunks(), headers={**AUTH, "Content-Type": "application/json"})
+    problem(response, 413)
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def test_get_a_task_and_unknown_ids(api: Any) -> None:
+    task = schedule(api, delay=60)
+    got = api.get(f"{V1}/tasks/{task['id']}", headers=AUTH)
+    assert got.status_code == 200 and got.json() == task
+    assert problem(api.get(f"{V1}/tasks/999999", headers=AUTH), 404)["error"] == "not_found"
+    for bad in ["0", "-3", "abc", str(2**64)]:
+        problem(api.get(f"{V1}/tasks/{bad}", headers=AUTH), 422, "task_id")
+    problem(api.get(f"{V1}/nope", headers=AUTH), 404)
+    problem(api.delete(f"{V1}/tasks/{task['id']}", headers=AUTH), 405)
+
+
+def test_list_filter_search_and_pages(api: Any, web_app: App) -> None:
+    ids = [schedule(api, delay=60)["id"] for _ in range(5)]
+    evil = api.post(f"{V1}/tasks", json={"name": EVIL_NAME, "delay": 60}, headers=AUTH).json()
+    api.post(f"{V1}/tasks/{ids[0]}/pause", headers=AUTH)
+
+    def listing(**params: Any) -> dict[str, Any]:
+        response = api.get(f"{V1}/tasks", params=params, headers=AUTH)
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    everything = listing()
+    assert [t["id"] for t in everything["items"]] == [*ids, evil["id"]] and everything["next_offset"] is None
+    assert [t["id"] for t in listing(status="PAUSED")["items"]] == [ids[0]]
+    assert [t["id"] for t in listing(name=EVIL_NAME)["items"]] == [evil["id"]]
+    assert [t["id"] for t in listing(q="SCRIPT")["items"]] == [evil["id"]]  # case-insensitive substring
+    assert [t["id"] for t in listing(q="web.", status="PENDING")["items"]] == [*ids[1:], evil["id"]]
+    first = listing(limit=2)
+    assert [t["id"] for t in first["items"]] == ids[:2] and first["next_offset"] == 2
+    second = listing(limit=2, offset=first["next_offset"])
+    assert [t["id"] for t in second["items"]] == ids[2:4]
+    searched = listing(q="web.ok", limit=2, offset=3)
+    assert [t["id"] for t in searched["items"]] == ids[3:5] and searched["next_offset"] == 5
+    assert listing(q="web.ok", offset=5)["items"] == [] and listing(q="web.ok", offset=5)["next_offset"] is None
+    assert listing(q="zzz")["items"] == []
+    problem(api.get(f"{V1}/tasks", params={"status": "SLEEPING"}, headers=AUTH), 422, "status")
+    problem(api.get(f"{V1}/tasks", params={"limit": 0}, headers=AUTH), 422, "limit")
+    problem(api.get(f"{V1}/tasks", params={"offset": -1}, headers=AUTH), 422, "offset")
+    problem(api.get(f"{V1}/tasks", params={"name": "a\x00b"}, headers=AUTH), 422, "name")
+    misspelt = problem(api.get(f"{V1}/tasks", params={"stauts": "FAILED"}, headers=AUTH), 422, "stauts")
+    assert "unknown query parameter" in misspelt["reason"]
+
+
+def test_registered_names_nodes_and_stats(api: Any, web_app: App) -> None:
+    assert api.get(f"{V1}/task-names", headers=AUTH).json()["names"] == sorted(
+        [
+            "web.ok",
+            "web.fail",
+            "web.wait",
+            EVIL_NAME,
+            "emails.send_welcome",
+            "reports.daily",
+            "cache.warm",
+            "sync.inventory",
+        ]
+    )
+    assert api.get(f"{V1}/nodes", headers=AUTH).json() == {"items": []}
+    schedule(api, delay=60)
+    schedule(api)
+    stats = api.get(f"{V1}/stats", headers=AUTH).json()
+    assert stats["by_status"] == {"PENDING": 2} and stats["depth"] == 1 and stats["nodes"] == 0
+    assert set(stats) == {
+        "depth",
+        "oldest_age",
+        "running",
+        "nodes",
+        "by_status",
+        "runs_last_minute",
+        "runs_last_hour",
+        "window_full",
+    }
+
+    def node_listed() -> bool:
+        nodes = api.get(f"{V1}/nodes", headers=AUTH).json()["items"]
+        return len(nodes) == 1 and nodes[0]["capacity"] == 2
+
+    run_worker_until(web_app, lambda: node_listed() and web_app.stats().by_status.get("COMPLETED") == 1)
+    stats = api.get(f"{V1}/stats", headers=AUTH).json()
+    assert stats["runs_last_minute"] == {"COMPLETED": 1} and stats["depth"] == 0
+
+
+# -- managing ----------------------------------------------------------------------------
+
+
+def test_cancel_pause_resume_trigger_and_conflicts(api: Any) -> None:
+    def act(task_id: int, action: str, **params: Any) -> Any:
+        return api.post(f"{V1}/tasks/{task_id}/{action}", params=params, headers=AUTH)
+
+    task = schedule(api, every=3600)
+    paused = act(task["id"], "pause")
+    assert paused.status_code == 200 and paused.json()["status"] == "PAUSED"
+    assert act(task["id"], "pause").json()["status"] == "PAUSED"  # pausing a paused task changes nothing
+    problem(act(task["id"], "trigger"), 409)
+    resumed = act(task["id"], "resume", catch_up="false")
+    assert resumed.status_code == 200 and resumed.json()["status"] == "PENDING"
+    assert act(task["id"], "resume").json()["status"] == "PENDING"  # so is resuming a pending one
+    triggered = act(task["id"], "trigger")
+    assert triggered.status_code == 200 and triggered.json()["triggered"] is True
+    problem(act(task["id"], "cancel", run_only="true"), 409)  # not running: there is no run to stop
+    cancelled = act(task["id"], "cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "CANCELLED"
+    problem(act(task["id"], "resume"), 409)
+    assert "cannot pause a task that is CANCELLED" in problem(act(task["id"], "pause"), 409)["message"]
+    assert act(task["id"], "cancel").status_code == 200  # cancelling a cancelled task changes nothing
+    for action in ["cancel", "pause", "resume", "trigger"]:
+        problem(act(424242, action), 404)
+        problem(act(0, action), 422, "task_id")
+    problem(act(task["id"], "explode"), 404)
+
+
+def test_cancel_of_a_finished_task_is_a_conflict(api: Any, web_app: App) -> None:
+    task = schedule(api)
+    run_worker_until(web_app, lambda: web_app.get(task["id"]).status is Status.COMPLETED)
+    assert (
+        "cannot cancel a task that is COMPLETED"
+        in problem(api.post(f"{V1}/tasks/{task['id']}/cancel", headers=AUTH), 409)["message"]
+    )
+    problem(api.post(f"{V1}/tasks/{task['id']}/resume", headers=AUTH), 409)
+
+
+def test_backfill(api: Any) -> None:
+    recurring = schedule(api, every=60, at=(datetime.now(UTC) - timedelta(hours=1)).isoformat())
+    start = datetime.fromisoformat(recurring["scheduled_at"])
+    body = {"start": start.isoformat(), "end": (start + timedelta(minutes=2)).isoformat()}
+    done = api.post(f"{V1}/tasks/{recurring['id']}/backfill", json=body, headers=AUTH)
+    assert done.status_code == 201, done.text
+    runs = done.json()["items"]
+    assert len(runs) == 3 and all(r["parent_id"] == recurring["id"] and r["kind"] == "ONE_TIME" for r in runs)
+    again = api.post(f"{V1}/tasks/{recurring['id']}/backfill", json=body, headers=AUTH)
+    assert again.status_code == 201 and again.json()["items"] == []  # the same slots are never run twice
+    future = {"start": start.isoformat(), "end": (datetime.now(UTC) + timedelta(days=1)).isoformat()}
+    problem(api.post(f"{V1}/tasks/{recurring['id']}/backfill", json=future, headers=AUTH), 422, "end")
+    once = schedule(api, delay=60)
+    problem(api.post(f"{V1}/tasks/{once['id']}/backfill", json=body, headers=AUTH), 422, "task_id")
+    problem(api.post(f"{V1}/tasks/999999/backfill", json=body, headers=AUTH), 404)
+    problem(api.post(f"{V1}/tasks/{recurring['id']}/backfill", json={"start": "x"}, headers=AUTH), 422, "start")
+    problem(api.post(f"{V1}/tasks/{recurring['id']}/backfill", json=body), 401)
+
+
+def test_executions_with_errors_and_filters(api: Any, web_app: App) -> None:
+    failing = api.post(f"{V1}/tasks", json={"name": "web.fail"}, headers=AUTH).json()
+    fine = schedule(api, kwargs={"value": [1, 2]})
+    run_worker_until(
+        web_app, lambda: len(web_app.executions(status="FAILED")) + len(web_app.executions(status="COMPLETED")) == 2
+    )
+    runs = api.get(f"{V1}/tasks/{failing['id']}/executions", headers=AUTH).json()["items"]
+    assert len(runs) == 1 and runs[0]["status"] == "FAILED"
+    assert runs[0]["error"]["type"] == "ValueError" and runs[0]["error"]["message"] == EVIL_ERROR
+    assert "Traceback" in runs[0]["error"]["traceback"]
+    ok = api.get(f"{V1}/tasks/{fine['id']}/executions", headers=AUTH).json()["items"]
+    assert ok[0]["result"] == [1, 2] and ok[0]["node"]
+    failed = api.get(f"{V1}/executions", params={"status": "FAILED"}, headers=AUTH).json()["items"]
+    assert [e["task_id"] for e in failed] == [failing["id"]]
+    assert len(api.get(f"{V1}/executions", headers=AUTH).json()["items"]) == 2
+    assert api.get(f"{V1}/executions", params={"limit": 1}, headers=AUTH).json()["items"][0]["id"] == max(
+        e["id"] for e in api.get(f"{V1}/executions", headers=AUTH).json()["items"]
+    )
+    problem(api.get(f"{V1}/tasks/999999/executions", headers=AUTH), 404)
+    problem(api.get(f"{V1}/executions", params={"status": "LOST"}, headers=AUTH), 422, "status")
+
+
+# -- operations ------------------------------------------------------------------------------
+
+
+def test_openapi_healthz_and_metrics(api: Any) -> None:
+    spec = api.get("/openapi.json").json()
+    for path in ["/api/v1/tasks", "/api/v1/tasks/{task_id}/cancel", "/api/v1/executions", "/healthz", "/metrics"]:
+        assert path in spec["paths"]
+    assert spec["components"]["securitySchemes"]["token"]["scheme"] == "bearer"
+    assert not any(p.startswith("/login") or p == "/" for p in spec["paths"])  # the dashboard is no API
+    assert api.get("/docs").status_code == 404  # no page that loads third-party scripts
+    health = api.get("/healthz")
+    assert health.status_code == 200 and health.json()["status"] == "ok" and health.json()["schema_version"] >= 1
+    problem(api.get("/metrics"), 401)
+    metrics = api.get("/metrics", headers=AUTH)
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    assert "tickwork_stale_results_total" in metrics.text
+
+
+def test_healthz_is_503_when_the_database_is_unusable(tmp_path: Path) -> None:
+    gone = make_app(f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}")
+    with client_of(gone, token=TOKEN) as api:
+        down = api.get("/healthz")
+        assert down.status_code == 503 and down.json()["status"] == "unavailable"
+        assert "no-such-dir" not in down.text  # details (paths, URLs) go to the log only
+        assert problem(api.get(f"{V1}/tasks", headers=AUTH), 503)["error"] == "unavailable"
+    path = tmp_path / "newer.db"
+    newer = make_app(f"sqlite:///{path}")
+    with client_of(newer, token=TOKEN) as api:
+        assert api.get("/healthz").status_code == 200
+        with sqlite3.connect(path) as conn:  # another, newer tickwork migrated the database on
+            conn.execute("INSERT INTO tickwork_schema (version) VALUES (999)")
+        assert api.get("/healthz").status_code == 503
+    newer.close()
+
+
+def test_in_process_worker_runs_with_the_server(web_app: App) -> None:
+    with client_of(web_app, token=TOKEN, worker_concurrency=2) as api:
+        task = schedule(api)
+        wait_until(lambda: api.get(f"{V1}/tasks/{task['id']}", headers=AUTH).json()["status"] == "COMPLETED")
+        assert api.get(f"{V1}/nodes", headers=AUTH).json()["items"][0]["capacity"] == 2
+    assert web_app.nodes() == []  # the node stopped (and deregistered) with the server
+
+
+# -- the dashboard -----------------------------------------------------------------------------
+
+
+def sign_in(client: Any, token: str = TOKEN) -> Any:
+    client.get("/login")
+    nonce = client.cookies.get(LOGIN_COOKIE)
+    return client.post("/login", data={"token": token, "csrf": nonce, "next": "/tasks"}, follow_redirects=False)
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, page
+    return found.group(1)
+
+
+def test_dashboard_sign_in_sets_a_strict_http_only_session(api: Any) -> None:
+    first = api.get("/", follow_redirects=False)
+    assert first.status_code == 303 and first.headers["location"] == "/login?next=/"
+    form = api.get("/login?next=/tasks")
+    assert form.status_code == 200 and 'type="password"' in form.text
+    assert "Content-Security-Policy" in form.headers and "script-src 'self'" in form.headers["content-security-policy"]
+    nonce = api.cookies.get(LOGIN_COOKIE)
+    wrong = api.post("/login", data={"token": "nope", "csrf": nonce}, follow_redirects=False)
+    assert wrong.status_code == 401 and "Wrong token" in wrong.text and SESSION_COOKIE not in wrong.cookies
+    forged = api.post("/login", data={"token": TOKEN, "csrf": "guess"}, follow_redirects=False)
+    assert forged.status_code == 403 and SESSION_COOKIE not in forged.cookies
+    signed = sign_in(api)
+    assert signed.status_code == 303 and signed.headers["location"] == "/tasks"
+    cookie = next(c for c in signed.headers.get_list("set-cookie") if c.startswith(SESSION_COOKIE))
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict") and "Path=/" in cookie
+    assert TOKEN not in cookie  # a signed session id, never the token
+    assert api.get("/", follow_redirects=False).status_code == 200
+    assert sign_in(api).status_code == 303
+    # an open redirect through ?next= is not possible
+    api.get("/login")
+    nonce = api.cookies.get(LOGIN_COOKIE)
+    away = api.post("/login", data={"token": TOKEN, "csrf": nonce, "next": "//evil.example/x"}, follow_redirects=False)
+    assert away.headers["location"] == "/"
+
+
+def test_dashboard_sessions_are_signed_and_expire(web_app: App) -> None:
+    auth = Auth(TOKEN)
+    assert auth.session(auth.new_session()) is not None
+    assert auth.session(auth.new_session(now=0)) is None  # expired long ago
+    assert auth.session(auth.new_session() + "0") is None
+    assert auth.session("1.2.3") is None and auth.session(None) is None
+    assert Auth(TOKEN + "-rotated").session(auth.new_session()) is None  # a new token signs everyone out
+    with client_of(web_app, token=TOKEN) as api:
+        api.cookies.set(SESSION_COOKIE, Auth("another-token-0123456789").new_session())
+        assert api.get("/", follow_redirects=False).status_code == 303
+
+
+def test_dashboard_actions_need_the_session_csrf_token(api: Any, web_app: App) -> None:
+    task = schedule(api, delay=600)
+    url = f"/tasks/{task['id']}"
+    assert api.post(f"{url}/cancel", data={}, follow_redirects=False).headers["location"] == f"/login?next={url}"
+    sign_in(api)
+    page = api.get(url)
+    assert page.status_code == 200 and "Run now" in page.text and "Pause" in page.text
+    token = csrf_of(page.text)
+    other = Auth(TOKEN).session(Auth(TOKEN).new_session())  # another session's CSRF token
+    assert other is not None
+    for bad in [
+        {},
+        {"csrf": ""},
+        {"csrf": token[:-1] + ("1" if token.endswith("0") else "0")},
+        {"csrf": other.csrf},
+    ]:
+        refused = api.post(f"{url}/cancel", data=bad, follow_redirects=False)
+        assert refused.status_code == 403
+    assert web_app.get(task["id"]).status is Status.PENDING
+    paused = api.post(f"{url}/pause", data={"csrf": token}, follow_redirects=False)
+    assert paused.status_code == 303 and paused.headers["location"] == f"{url}?done=pause"
+    assert web_app.get(task["id"]).status is Status.PAUSED
+    conflict = api.post(f"{url}/trigger", data={"csrf": token})
+    assert conflict.status_code == 409 and "cannot trigger a task that is PAUSED" in conflict.text
+    assert api.post(f"{url}/resume", data={"csrf": token}).status_code == 200
+    done = api.post(f"{url}/cancel", data={"csrf": token})
+    assert done.status_code == 200 and "Cancel requested." in done.text and 'id="task-status"' in done.text
+    assert web_app.get(task["id"]).status is Status.CANCELLED
+    assert api.post("/tasks/999999/cancel", data={"csrf": token}).status_code == 404
+    assert api.post(f"{url}/explode", data={"csrf": token}).status_code == 404
+    out = api.post("/logout", data={"csrf": token}, follow_redirects=False)
+    assert out.status_code == 303 and api.get("/", follow_redirects=False).status_code == 303
+
+
+def test_dashboard_pages_show_everything_as_text(api: Any, web_app: App) -> None:
+    """Markup in a task's name, arguments or error reaches the page escaped, never as markup."""
+    evil = api.post(f"{V1}/tasks", json={"name": EVIL_NAME, "kwargs": {"x": EVIL}, "key": EVIL}, headers=AUTH).json()
+    failing = api.post(f"{V1}/tasks", json={"name": "web.fail"}, headers=AUTH).json()
+    cron = schedule(api, cron="30 9 * * 1-5", timezone="Europe/Berlin")
+    run_worker_until(
+        web_app,
+        lambda: (
+            web_app.get(failing["id"]).status is Status.FAILED and web_app.get(evil["id"]).status is Status.COMPLETED
+        ),
+    )
+    sign_in(api)
+    pages = {
+        path: api.get(path)
+        for path in [
+            "/",
+            f"/tasks/{evil['id']}",
+            f"/tasks/{failing['id']}",
+            "/runs",
+            "/tasks",
+            "/tasks?q=script",
+            "/runs?status=FAILED",
+        ]
+    }
+    for path, page in pages.items():
+        assert page.status_code == 200, path
+        assert "<script>alert" not in page.text and "<img src=x" not in page.text, path
+        assert page.text.count("<script") == 1, path  # only the dashboard's own /static/refresh.js
+    escaped_name = escape(EVIL_NAME)
+    assert escaped_name in pages["/"].text and escaped_name in pages[f"/tasks/{evil['id']}"].text
+    assert escape(EVIL_ERROR) in pages[f"/tasks/{failing['id']}"].text
+    assert escape(EVIL_ERROR) in pages["/"].text  # recent failures
+    assert "Traceback" in pages[f"/tasks/{failing['id']}"].text
+    assert (
+        escaped_name in pages["/tasks?q=script"].text
+        and f'href="/tasks/{failing["id"]}"' not in pages["/tasks?q=script"].text
+    )
+    task_page = api.get(f"/tasks/{cron['id']}").text
+    assert "At 09:30 on Monday through Friday" in task_page
+    assert len(re.findall(r"<li>\d{4}-\d\d-\d\d 0[78]:30:00 UTC", task_page)) == 5  # the next 5 fire times
+    assert "CET" in task_page or "CEST" in task_page
+    assert "SINGLE_CATCHUP" in task_page and "overlap" in task_page
+
+
+def test_dashboard_lists_nodes_filters_and_odd_input(api: Any, web_app: App) -> None:
+    sign_in(api)
+    assert "No live node" in api.get("/nodes").text
+    schedule(api)
+    run_worker_until(web_app, lambda: web_app.nodes() and "ago" in api.get("/nodes").text)
+    bad = api.get("/tasks?status=SLEEPING&offset=x")
+    assert bad.status_code == 200 and "Unknown status ignored." in bad.text and "Bad offset ignored." in bad.text
+    assert api.get("/tasks?name=a%00b").status_code == 200
+    assert api.get("/tasks/abc").status_code == 404 and api.get("/tasks/99999").status_code == 404
+    assert api.get("/runs?status=nope").status_code == 200
+    assert api.get("/static/app.css").status_code == 200 and api.get("/static/refresh.js").status_code == 200
+
+
+def test_public_read_dashboard_shows_no_actions(web_app: App) -> None:
+    task = web_app.schedule("web.ok", delay=60)
+    with client_of(web_app, token=TOKEN, public_read=True) as api:
+        page = api.get(f"/tasks/{task.id}")
+        assert page.status_code == 200 and "Sign in</a> to cancel" in page.text and 'name="csrf"' not in page.text
+        assert api.post(f"/tasks/{task.id}/cancel", data={"csrf": "x"}, follow_redirects=False).status_code == 303
+    assert web_app.get(task.id).status is Status.PENDING

@@ -1,0 +1,229 @@
+"""The JSON API under ``/api/v1``: the App's client API over HTTP.
+
+Each route is a thin call into ``tickwork.App``, which validates everything and raises
+the errors that ``errors.install`` turns into answers; the routes only parse the
+request, check the token, and shape the result. Handlers are plain functions: FastAPI
+runs them on its thread pool, where the App's blocking store calls belong.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from tickwork.app import App
+from tickwork.errors import InvalidInput
+from tickwork.http.auth import Auth
+from tickwork.http.errors import Unauthorized, responses
+from tickwork.http.listing import find_tasks
+from tickwork.http.schemas import (
+    MAX_ID,
+    BackfillIn,
+    ExecutionList,
+    ExecutionOut,
+    NameList,
+    NodeList,
+    NodeOut,
+    ScheduleIn,
+    StatsOut,
+    TaskList,
+    TaskOut,
+    TaskPage,
+    Text,
+)
+from tickwork.model import ExecutionStatus, Status, Task
+
+TaskId = Annotated[int, Path(ge=1, le=MAX_ID, description="The task's id.")]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+
+bearer = HTTPBearer(auto_error=False, scheme_name="token", description="TICKWORK_API_TOKEN, as a bearer token.")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+
+
+def guards(auth: Auth) -> tuple[Any, Any]:
+    """FastAPI dependencies for reads and for writes (the bearer scheme is declared so
+    that ``/openapi.json`` documents it)."""
+
+    def require(request: Request) -> None:
+        if not auth.has_token:
+            raise Unauthorized("this server has no API token (TICKWORK_API_TOKEN is unset): it authorises nothing")
+        header = request.headers.get("authorization")
+        if not header:
+            raise Unauthorized("missing token: send the header 'Authorization: Bearer <TICKWORK_API_TOKEN>'")
+        if not auth.bearer_ok(header):
+            raise Unauthorized("invalid token")
+
+    # async: a comparison of digests needs no trip through the thread pool
+    async def read(request: Request, _: Credentials) -> None:
+        if not auth.public_read:
+            require(request)
+
+    async def write(request: Request, _: Credentials) -> None:
+        require(request)
+
+    return Depends(read), Depends(write)
+
+
+async def known_query(request: Request) -> None:
+    """Refuse query parameters the route does not take: a misspelt filter (``?stauts=``)
+    must not silently answer with everything."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    allowed = {param.alias for param in getattr(dependant, "query_params", [])}
+    for name in request.query_params:
+        if name not in allowed:
+            choices = ", ".join(sorted(allowed)) or "none"
+            raise InvalidInput(
+                name, request.query_params[name], f"unknown query parameter (this route takes: {choices})"
+            )
+
+
+def router(app: App, auth: Auth) -> APIRouter:
+    read, write = guards(auth)
+    r = APIRouter(prefix="/api/v1", tags=["tasks"], dependencies=[Depends(known_query)])
+
+    @r.get(
+        "/tasks",
+        response_model=TaskPage,
+        dependencies=[read],
+        responses=responses(401, 422, 503),
+        summary="List tasks by status, name and a text search over names",
+    )
+    def list_tasks(
+        status: Status | None = None,
+        name: Annotated[Text | None, Query(max_length=300, description="Exact task name.")] = None,
+        q: Annotated[
+            Text | None,
+            Query(max_length=300, description="Case-insensitive substring of the name (scans at most 5000 tasks)."),
+        ] = None,
+        limit: Limit = 100,
+        offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+    ) -> TaskPage:
+        page = find_tasks(app, status=status, name=name, q=q, limit=limit, offset=offset)
+        return TaskPage(
+            items=[_task(t) for t in page.items],
+            limit=page.limit,
+            offset=page.offset,
+            next_offset=page.next_offset,
+            scanned=page.scanned,
+        )
+
+    @r.post(
+        "/tasks",
+        response_model=TaskOut,
+        status_code=201,
+        dependencies=[write],
+        responses=responses(401, 413, 422, 503),
+        summary="Schedule a registered task (with a key: the live task holding that key)",
+    )
+    def schedule(body: ScheduleIn) -> TaskOut:
+        fields = body.model_dump(exclude_none=True, exclude={"name"})
+        return _task(app.schedule(body.name, **fields))
+
+    @r.get("/tasks/{task_id}", response_model=TaskOut, dependencies=[read], responses=responses(401, 404, 422, 503))
+    def get_task(task_id: TaskId) -> TaskOut:
+        return _task(app.get(task_id))
+
+    @r.post(
+        "/tasks/{task_id}/cancel",
+        response_model=TaskOut,
+        dependencies=[write],
+        responses=responses(401, 404, 409, 422, 503),
+        summary="Cancel a task (a running one is asked to stop: cancel_requested)",
+    )
+    def cancel(
+        task_id: TaskId,
+        run_only: Annotated[bool, Query(description="Stop only the current run of a recurring task.")] = False,
+    ) -> TaskOut:
+        return _task(app.cancel(task_id, run_only=run_only))
+
+    @r.post(
+        "/tasks/{task_id}/pause",
+        response_model=TaskOut,
+        dependencies=[write],
+        responses=responses(401, 404, 409, 422, 503),
+    )
+    def pause(task_id: TaskId) -> TaskOut:
+        return _task(app.pause(task_id))
+
+    @r.post(
+        "/tasks/{task_id}/resume",
+        response_model=TaskOut,
+        dependencies=[write],
+        responses=responses(401, 404, 409, 422, 503),
+    )
+    def resume(
+        task_id: TaskId,
+        catch_up: Annotated[bool, Query(description="false: skip (and record) the slots missed while paused.")] = True,
+    ) -> TaskOut:
+        return _task(app.resume(task_id, catch_up=catch_up))
+
+    @r.post(
+        "/tasks/{task_id}/trigger",
+        response_model=TaskOut,
+        dependencies=[write],
+        responses=responses(401, 404, 409, 422, 503),
+        summary="Run a pending task now (a recurring one keeps its schedule)",
+    )
+    def trigger(task_id: TaskId) -> TaskOut:
+        return _task(app.trigger(task_id))
+
+    @r.post(
+        "/tasks/{task_id}/backfill",
+        response_model=TaskList,
+        status_code=201,
+        dependencies=[write],
+        responses=responses(401, 404, 422, 503),
+        summary="Run every slot of a recurring task in [start, end] once",
+    )
+    def backfill(task_id: TaskId, body: BackfillIn) -> TaskList:
+        return TaskList(items=[_task(t) for t in app.backfill(task_id, body.start, body.end)])
+
+    @r.get(
+        "/tasks/{task_id}/executions",
+        response_model=ExecutionList,
+        dependencies=[read],
+        responses=responses(401, 404, 422, 503),
+        summary="A task's runs, newest first",
+    )
+    def task_executions(task_id: TaskId, status: ExecutionStatus | None = None, limit: Limit = 100) -> ExecutionList:
+        rows = app.executions(task_id, status=status, limit=limit)
+        return ExecutionList(items=[ExecutionOut.model_validate(e) for e in rows])
+
+    @r.get(
+        "/executions",
+        response_model=ExecutionList,
+        dependencies=[read],
+        responses=responses(401, 422, 503),
+        summary="Recent runs of all tasks, newest first",
+    )
+    def executions(status: ExecutionStatus | None = None, limit: Limit = 100) -> ExecutionList:
+        rows = app.executions(status=status, limit=limit)
+        return ExecutionList(items=[ExecutionOut.model_validate(e) for e in rows])
+
+    @r.get("/nodes", response_model=NodeList, dependencies=[read], responses=responses(401, 503), tags=["cluster"])
+    def nodes() -> NodeList:
+        return NodeList(items=[NodeOut.model_validate(n) for n in app.nodes()])
+
+    @r.get(
+        "/stats",
+        response_model=StatsOut,
+        dependencies=[read],
+        responses=responses(401, 503),
+        tags=["cluster"],
+        summary="Queue depth and oldest due age, tasks per status, runs per minute and hour",
+    )
+    def stats() -> StatsOut:
+        return StatsOut.model_validate(app.stats())
+
+    @r.get("/task-names", response_model=NameList, dependencies=[read], responses=responses(401))
+    def task_names() -> NameList:
+        return NameList(names=app.registry.names())
+
+    return r
+
+
+def _task(task: Task) -> TaskOut:
+    return TaskOut.model_validate(task)

@@ -1,0 +1,88 @@
+"""The application factory: one FastAPI app serving the API, the dashboard and the probes
+of one ``tickwork.App``.
+
+It holds no global state: everything a route needs is closed over from the factory's
+arguments, so tests build as many servers as they like, each on its own database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from importlib import metadata
+from pathlib import Path
+
+import anyio.to_thread
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from tickwork.app import App
+from tickwork.http import api, dashboard, errors, probes
+from tickwork.http.auth import Auth
+from tickwork.http.middleware import BodyLimit, SecurityHeaders
+from tickwork.http.node import BackgroundWorker
+from tickwork.metrics import watch_queue
+
+STATIC = Path(__file__).parent / "static"
+MIN_BODY_LIMIT = 1024 * 1024
+
+
+def create_app(
+    app: App, *, token: str | None, public_read: bool = False, worker_concurrency: int | None = None
+) -> FastAPI:
+    """The HTTP server of ``app``.
+
+    ``token`` guards every write, and every read unless ``public_read``; ``None`` means
+    no token is configured (nothing can be written). An empty or short token raises
+    ``TokenConfigError``: it must never silently mean "no authentication".
+    ``worker_concurrency``: also run a worker node with that many slots while the server
+    runs (started and drained by the server's lifespan, inside its signal handling).
+    """
+    auth = Auth(token, public_read=public_read)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        watch_queue(lambda: app.store)  # the queue gauges of /metrics, read at scrape time
+        node = None if worker_concurrency is None else BackgroundWorker(app, worker_concurrency)
+        if node is not None:
+            node.start()
+        try:
+            yield
+        finally:
+            if node is not None:
+                await anyio.to_thread.run_sync(node.stop)
+
+    server = FastAPI(
+        title="tickwork",
+        version=_version(),
+        description="A persistent, distributed task scheduler: tasks, runs, nodes and the queue.",
+        docs_url=None,  # the interactive docs load third-party scripts: /openapi.json is enough
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        lifespan=lifespan,
+    )
+    errors.install(server, lambda exc: _transient(app, exc))
+    read, _ = api.guards(auth)
+    server.include_router(api.router(app, auth))
+    server.include_router(probes.router(app, read))
+    server.include_router(dashboard.router(app, auth))
+    server.mount("/static", StaticFiles(directory=STATIC), name="static")
+    # Room for max_payload bytes of arguments however they are spelled (escapes, spaces):
+    # the App then checks the arguments' own encoded size exactly.
+    server.add_middleware(BodyLimit, limit=max(MIN_BODY_LIMIT, 4 * app.max_payload))
+    server.add_middleware(SecurityHeaders)
+    return server
+
+
+def _transient(app: App, exc: BaseException) -> bool:
+    try:
+        return app.store.is_transient(exc)
+    except Exception:  # the store cannot even be opened: it is away, not a bug of the request
+        return True
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tickwork")
+    except metadata.PackageNotFoundError:
+        return "0"

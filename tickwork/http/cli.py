@@ -1,0 +1,54 @@
+"""``tickwork serve APP``: the HTTP API and dashboard on uvicorn (registered in tickwork.cli)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import click
+
+from tickwork.errors import TickworkError
+
+
+@click.command()
+@click.argument("app_spec", metavar="APP")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (beyond loopback, a token is required).",
+)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
+@click.option("--public-read", is_flag=True, help="Reads need no token (writes always do).")
+@click.option("--with-worker", is_flag=True, help="Also run a worker node in this process.")
+@click.option(
+    "--concurrency",
+    "-c",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Slots of the --with-worker node.",
+)
+def serve(app_spec: str, host: str, port: int, public_read: bool, with_worker: bool, concurrency: int) -> None:
+    """Serve the HTTP API (/api/v1) and the dashboard (/) of APP (module:attribute).
+
+    The token is read from TICKWORK_API_TOKEN: it guards every write, and every read
+    unless --public-read. Without it the server runs read-only, on loopback only."""
+    from tickwork.cli import load_app
+    from tickwork.http.server import ServeConfigError
+    from tickwork.http.server import serve as run
+
+    if logging.getLogger().level > logging.INFO:
+        logging.getLogger("tickwork").setLevel(logging.INFO)
+    app = load_app(app_spec)
+    try:
+        run(
+            app,
+            host=host,
+            port=port,
+            token=os.environ.get("TICKWORK_API_TOKEN"),
+            public_read=public_read,
+            worker_concurrency=concurrency if with_worker else None,
+        )
+    except (ServeConfigError, TickworkError) as exc:
+        raise click.ClickException(str(exc)) from exc

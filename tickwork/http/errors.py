@@ -1,0 +1,131 @@
+"""Errors as answers: every failure the API reports is JSON of one shape (``ErrorOut``)
+with the HTTP status that tells a client what to do about it.
+
+422 invalid input (naming the field and the reason), 413 arguments over the payload
+limit, 404 unknown task, 409 a state the operation does not apply to, 401 no valid
+token, 503 the database is unusable. Input can never cause a 5xx: an unexpected error is
+a bug, logged with its traceback and answered 500 without details.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, StoreError, TaskNotFound
+from tickwork.http.schemas import ErrorOut
+
+log = logging.getLogger("tickwork.http")
+
+
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+
+
+class Unauthorized(Exception):
+    """No valid bearer token for a route that needs one."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def error_response(
+    status: int, error: str, message: str, *, field: str | None = None, reason: str | None = None, **headers: str
+) -> JSONResponse:
+    body = ErrorOut(error=error, message=message, field=field, reason=reason)
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers or None)
+
+
+def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The documented error answers of a route, for ``/openapi.json``."""
+    text = {
+        401: "No valid bearer token.",
+        404: "No task with this id.",
+        409: "The task's state does not allow this operation.",
+        413: "Arguments or request body over the size limit.",
+        422: "Invalid input: `field` and `reason` say what to fix.",
+        503: "The database is not reachable or its schema is not usable.",
+    }
+    return {code: {"model": ErrorOut, "description": text[code]} for code in codes}
+
+
+def install(api: FastAPI, is_transient: Callable[[BaseException], bool]) -> None:
+    """Register the handlers that turn exceptions into ``ErrorOut`` answers.
+
+    ``is_transient`` tells a database that is away (503, worth retrying) from a bug (500)."""
+
+    async def payload_too_large(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, PayloadTooLarge)
+        return error_response(413, "payload_too_large", str(exc), field=exc.field, reason=exc.reason)
+
+    async def invalid_input(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, InvalidInput)
+        return error_response(422, "invalid_input", str(exc), field=exc.field, reason=exc.reason)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return error_response(404, "not_found", str(exc))
+
+    async def conflict(request: Request, exc: Exception) -> Response:
+        return error_response(409, "conflict", str(exc))
+
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        log.warning("store unavailable: %s", exc)  # the details may quote the database URL: log only
+        return error_response(503, "unavailable", "the database cannot be used: see the server log")
+
+    async def unauthorized(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Unauthorized)
+        return error_response(401, "unauthorized", exc.message, **{"WWW-Authenticate": "Bearer"})
+
+    async def request_invalid(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        field, reason = _first_problem(exc)
+        return error_response(422, "invalid_input", f"{field}: {reason}", field=field, reason=reason)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 400:  # a body the parser could not read (not UTF-8, broken form data)
+            return error_response(422, "invalid_input", f"body: {exc.detail}", field="body", reason=str(exc.detail))
+        code = HTTP_CODES.get(exc.status_code, "http_error")
+        headers = dict(exc.headers or {})
+        return error_response(exc.status_code, code, str(exc.detail), **headers)
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        if is_transient(exc):
+            return await unavailable(request, exc)
+        log.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(500, "internal", "internal error (logged on the server)")
+
+    api.add_exception_handler(PayloadTooLarge, payload_too_large)
+    api.add_exception_handler(InvalidInput, invalid_input)
+    api.add_exception_handler(TaskNotFound, not_found)
+    api.add_exception_handler(InvalidState, conflict)
+    api.add_exception_handler(StoreError, unavailable)
+    api.add_exception_handler(Unauthorized, unauthorized)
+    api.add_exception_handler(RequestValidationError, request_invalid)
+    api.add_exception_handler(StarletteHTTPException, http_error)
+    api.add_exception_handler(Exception, internal)
+
+
+def _first_problem(exc: RequestValidationError) -> tuple[str, str]:
+    """The field and reason of the first validation error, named as the client sent it
+    (``kwargs``, ``limit``, ``at``), not by pydantic's location tuple."""
+    errors = exc.errors()
+    if not errors:
+        return "request", "invalid request"
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return "body", f"not valid JSON: {first.get('msg', '')}"
+    location = list(first.get("loc", ()))
+    if location and location[0] in ("body", "query", "path", "header", "cookie"):
+        location = location[1:]
+    field = ""
+    for part in location:
+        field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
+    return field or "body", str(first.get("msg", "invalid"))

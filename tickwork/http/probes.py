@@ -1,0 +1,70 @@
+"""What load balancers and Prometheus ask: ``/healthz`` and ``/metrics``.
+
+``/healthz`` needs no token, so it tells only whether the service can work, never why in
+detail (an error may quote the database URL; the log has it); it is 503 when
+the database cannot be reached or its schema is not the one this code knows, so a load
+balancer takes the replica out. ``/metrics`` follows the read rule of the API: the task
+names it carries are the application's business.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+
+from tickwork.app import App
+from tickwork.errors import StoreError
+from tickwork.http.errors import responses
+from tickwork.http.schemas import HealthOut
+from tickwork.metrics import exposition
+
+log = logging.getLogger("tickwork.http")
+
+
+def router(app: App, read: Any) -> APIRouter:
+    r = APIRouter(tags=["operations"])
+
+    @r.get(
+        "/healthz",
+        response_model=HealthOut,
+        responses={503: {"model": HealthOut, "description": "Database unreachable or schema not current."}},
+        summary="Database reachable and schema current",
+    )
+    def healthz() -> Response:
+        try:
+            store = app.store
+            # migrate() answers the schema's version, applying nothing when it is current,
+            # and refuses a schema newer than this code: both are what "current" means.
+            version = store.migrate()
+            store.queue_depth()  # a real read of the tables
+        except StoreError as exc:  # a schema newer than this code, a database that cannot be opened
+            log.warning("health check failed: %s", exc)
+            return _unhealthy("unusable", "the database cannot be used (schema or connection): see the server log")
+        except Exception as exc:  # a driver error: the database is not reachable
+            log.warning("health check failed", exc_info=True)
+            return _unhealthy("unreachable", f"database error ({type(exc).__name__}): see the server log")
+        return JSONResponse(HealthOut(status="ok", database="reachable", schema_version=version).model_dump())
+
+    @r.get(
+        "/metrics",
+        dependencies=[read],
+        response_class=Response,
+        responses={
+            200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format."},
+            **responses(401),
+        },
+        summary="Prometheus metrics",
+    )
+    def metrics() -> Response:
+        body, content_type = exposition()
+        return Response(body, media_type=content_type)
+
+    return r
+
+
+def _unhealthy(database: str, reason: str) -> JSONResponse:
+    body = HealthOut(status="unavailable", database=database, reason=reason)
+    return JSONResponse(body.model_dump(), status_code=503)

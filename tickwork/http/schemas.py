@@ -1,0 +1,200 @@
+"""The JSON shapes of the API, as pydantic models: they validate requests and document
+every response in ``/openapi.json``, so clients (and the schema fuzzer) can rely on them.
+
+Field names are those of DESIGN.md §1 and of ``App.schedule()``; times are ISO 8601.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from tickwork.model import ExecutionStatus, Kind, Misfire, OnLost, Overlap, Status
+
+
+def plain_text(value: str) -> str:
+    """Text every store can keep and compare: no NUL (PostgreSQL refuses it) and no lone
+    surrogates (not UTF-8). Refused here, so a query filter never reaches the database
+    with a value it would fail on."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(plain_text)]
+"""A string input: checked as ``plain_text``."""
+MAX_ID = 2**63 - 1
+
+
+class ErrorOut(BaseModel):
+    """Every error answer: what went wrong, and for invalid input, which field and why."""
+
+    error: str = Field(description="invalid_input, payload_too_large, not_found, conflict, unauthorized, ...")
+    message: str
+    field: str | None = None
+    reason: str | None = None
+
+
+class ScheduleIn(BaseModel):
+    """``POST /api/v1/tasks``: the keyword arguments of ``App.schedule()``, with the task's
+    registered ``name``. Give at most one of ``delay``/``at`` and of ``cron``/``every``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[Text, Field(min_length=1, max_length=300, examples=["reports.daily"])]
+    args: list[Any] | None = None
+    kwargs: dict[str, Any] | None = None
+    delay: float | None = Field(None, description="Seconds from now.")
+    at: datetime | None = Field(None, description="ISO 8601 with an offset, e.g. 2030-01-01T09:00:00+01:00.")
+    cron: Annotated[Text, Field(max_length=200, examples=["0 9 * * 1-5"])] | None = None
+    timezone: Annotated[Text, Field(max_length=64)] = "UTC"
+    every: float | None = Field(None, description="Interval in seconds.")
+    key: Annotated[Text, Field(max_length=300)] | None = Field(None, description="Idempotency key.")
+    misfire: Misfire | None = None
+    misfire_grace: float | None = None
+    jitter: float | None = None
+    timeout: float | None = None
+    max_retries: int | None = None
+    retry_backoff: float | None = None
+    priority: int | None = None
+    max_catchup: int | None = None
+    overlap: Overlap | None = None
+
+
+class BackfillIn(BaseModel):
+    """``POST /api/v1/tasks/{id}/backfill``: run every slot in [start, end] once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start: datetime
+    end: datetime
+
+
+class TaskOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    key: str | None
+    kind: Kind
+    cron: str | None
+    timezone: str
+    interval: float | None
+    scheduled_at: datetime
+    next_run_at: datetime
+    status: Status
+    misfire: Misfire
+    misfire_grace: float
+    jitter: float
+    timeout: float | None
+    max_retries: int
+    retry_backoff: float
+    priority: int
+    version: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    cancel_requested: bool
+    triggered: bool
+    attempt: int
+    run_count: int
+    last_status: ExecutionStatus | None
+    created_at: datetime
+    updated_at: datetime
+    max_catchup: int
+    overlap: Overlap
+    last_decision: str | None
+    parent_id: int | None
+    on_lost: OnLost
+    cancel_run_only: bool
+    max_runtime: float | None
+
+
+class ErrorInfoOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    type: str
+    message: str
+    traceback: str
+
+
+class ExecutionOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    task_id: int
+    attempt: int
+    scheduled_for: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    status: ExecutionStatus
+    node: str | None
+    fence: int | None
+    error: ErrorInfoOut | None
+    result: Any = None
+    note: str | None
+    skipped: int | None
+    skipped_last: datetime | None
+
+
+class NodeOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    capacity: int
+    running: int
+
+
+class StatsOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    depth: int = Field(description="Tasks due and not claimed.")
+    oldest_age: float | None = Field(description="Seconds since the oldest due, unclaimed task came due.")
+    running: int
+    nodes: int
+    by_status: dict[str, int] = Field(description="Tasks per status.")
+    runs_last_minute: dict[str, int] = Field(description="Runs that ended in the last minute, per status.")
+    runs_last_hour: dict[str, int]
+    window_full: bool = Field(description="The run counts looked only at the newest runs and may be low.")
+
+
+class TaskPage(BaseModel):
+    items: list[TaskOut]
+    limit: int
+    offset: int
+    next_offset: int | None = Field(description="Where the next page starts; null on the last page.")
+    scanned: int = Field(description="Tasks looked at to answer (with q, at most the scan limit).")
+
+
+class ExecutionList(BaseModel):
+    items: list[ExecutionOut]
+
+
+class NodeList(BaseModel):
+    items: list[NodeOut]
+
+
+class TaskList(BaseModel):
+    items: list[TaskOut]
+
+
+class NameList(BaseModel):
+    names: list[str] = Field(description="The task names this server's application registered.")
+
+
+class HealthOut(BaseModel):
+    status: str = Field(description="ok, or unavailable")
+    database: str
+    schema_version: int | None = None
+    reason: str | None = None

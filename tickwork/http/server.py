@@ -1,0 +1,66 @@
+"""Running the server: where it may listen, with which token, on uvicorn.
+
+The rules (DESIGN.md §5): a token is required to listen beyond loopback; a token that is
+set but empty or short stops the start (it must not silently mean "no auth"); without a
+token the server runs on loopback only, read-only, with reads open to local clients.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+
+import uvicorn
+
+from tickwork.app import App
+from tickwork.http.app import create_app
+from tickwork.http.auth import TokenConfigError, check_token
+
+log = logging.getLogger("tickwork.http")
+
+
+class ServeConfigError(ValueError):
+    """The server must not start with this configuration."""
+
+
+def is_loopback(host: str) -> bool:
+    """Only ``localhost`` and loopback addresses count: any other name may resolve to an
+    address other hosts can reach."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def access(host: str, token: str | None, public_read: bool) -> bool:
+    """Check the token and the address; return whether reads are public."""
+    try:
+        token = check_token(token)
+    except TokenConfigError as exc:
+        raise ServeConfigError(str(exc)) from exc
+    if token is None:
+        if not is_loopback(host):
+            raise ServeConfigError(
+                f"refusing to listen on {host!r} without a token: set TICKWORK_API_TOKEN, "
+                "or listen on 127.0.0.1 for a read-only local server"
+            )
+        log.warning("no TICKWORK_API_TOKEN: serving read-only on %s (reads open to local clients)", host)
+        return True
+    return public_read
+
+
+def serve(
+    app: App,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    token: str | None = None,
+    public_read: bool = False,
+    worker_concurrency: int | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM (then drain the in-process node, if any)."""
+    public = access(host, token, public_read)
+    server = create_app(app, token=token, public_read=public, worker_concurrency=worker_concurrency)
+    uvicorn.run(server, host=host, port=port, log_level="info", server_header=False)
