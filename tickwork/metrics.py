@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -54,6 +54,36 @@ LATENESS = Histogram(
     ["task"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
 )
+
+
+class TaskMetrics:
+    """The per-run metrics of one node, with each label set's child looked up once:
+    ``labels()`` takes a lock and checks its arguments on every call, which a node
+    running thousands of short runs a second would pay on each."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[str, str], Any] = {}
+        self._durations: dict[str, Any] = {}
+        self._lateness: dict[str, Any] = {}
+
+    def ended(self, task: str, status: str, seconds: float | None) -> None:
+        counter = self._runs.get((task, status))
+        if counter is None:
+            counter = self._runs[(task, status)] = RUNS.labels(task=task, status=status)
+        counter.inc()
+        if seconds is not None:
+            histogram = self._durations.get(task)
+            if histogram is None:
+                histogram = self._durations[task] = DURATION.labels(task=task)
+            histogram.observe(seconds)
+
+    def started(self, task: str, late_by: float) -> None:
+        histogram = self._lateness.get(task)
+        if histogram is None:
+            histogram = self._lateness[task] = LATENESS.labels(task=task)
+        histogram.observe(late_by)
+
+
 RUNNING = Gauge("tickwork_running", "Runs this node holds now (running, or claimed and waiting for a slot).")
 SLOTS = Gauge("tickwork_slots", "Run slots of this node (its concurrency; it moves with autoscaling).")
 

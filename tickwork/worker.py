@@ -34,7 +34,7 @@ from tickwork.context import Context
 from tickwork.events import for_outcome
 from tickwork.executor import CancelReason, Executor, Run, RunResult
 from tickwork.isolation import prepare
-from tickwork.metrics import DURATION, LATENESS, RUNNING, RUNS, SLOTS, STALE_RESULTS
+from tickwork.metrics import RUNNING, SLOTS, STALE_RESULTS, TaskMetrics
 from tickwork.model import ErrorInfo, ExecutionStatus, Node, Overlap
 from tickwork.reconciler import reconcile
 from tickwork.recorder import Recorder
@@ -159,6 +159,7 @@ class Worker:
             raise ValueError(f"prefetch={prefetch}: must be >= 0")
         self.prefetch = Prefetch(concurrency, PREFETCH_CAP_PER_SLOT * concurrency if prefetch is None else prefetch)
         self._adaptive_prefetch = prefetch is None
+        self._metrics = TaskMetrics()
         self._locked_elsewhere: dict[int, float] = {}  # task id -> monotonic time to try it again
         self.store = app.store
         self.concurrency = concurrency
@@ -407,7 +408,7 @@ class Worker:
                 renew=lambda: self._renew_one(run),
             )
             run.started_at = self.store.approximate_now()
-            LATENESS.labels(task=task.name).observe(max(0.0, (run.started_at - task.next_run_at).total_seconds()))
+            self._metrics.started(task.name, max(0.0, (run.started_at - task.next_run_at).total_seconds()))
             limits = [
                 (s, r)
                 for s, r in ((task.timeout, CancelReason.TIMEOUT), (task.max_runtime, CancelReason.MAX_RUNTIME))
@@ -475,14 +476,15 @@ class Worker:
         """Results are in the store: free the runs' slots, let the poll loop claim, and
         tell the hooks and the webhook what was recorded."""
         self._forget([run for run, _, _ in results])
+        events = self.app.events
         for run, outcome, applied in results:
             if applied:
-                name = run.claim.task.name
-                RUNS.labels(task=name, status=outcome.status.value).inc()
-                if run.started_at is not None:
-                    DURATION.labels(task=name).observe(max(0.0, (outcome.finished_at - run.started_at).total_seconds()))
-                for event, payload in for_outcome(run.claim, outcome, self.node_id):
-                    self.app.events.emit(event, payload)
+                started = run.started_at
+                took = None if started is None else max(0.0, (outcome.finished_at - started).total_seconds())
+                self._metrics.ended(run.claim.task.name, outcome.status.value, took)
+                if events.wanted:  # no payloads built for nobody
+                    for event, payload in for_outcome(run.claim, outcome, self.node_id):
+                        events.emit(event, payload)
 
     def _forget(self, runs: list[Run]) -> None:
         if self.locks is not None:
