@@ -576,3 +576,14 @@ def test_public_read_dashboard_shows_no_actions(web_app: App) -> None:
         assert page.status_code == 200 and "Sign in</a> to cancel" in page.text and 'name="csrf"' not in page.text
         assert api.post(f"/tasks/{task.id}/cancel", data={"csrf": "x"}, follow_redirects=False).status_code == 303
     assert web_app.get(task.id).status is Status.PENDING
+
+
+def test_a_full_queue_is_429_with_retry_after_and_stores_nothing(web_app: App) -> None:
+    web_app.max_pending = 2
+    with client_of(web_app, token=TOKEN) as api:
+        schedule(api)
+        schedule(api)
+        full = api.post(f"{V1}/tasks", json={"name": "web.ok"}, headers=AUTH)
+        body = problem(full, 429, "max_pending")
+        assert full.headers["Retry-After"] == "5" and "max_pending=2" in body["message"]
+        assert len(web_app.tasks()) == 2

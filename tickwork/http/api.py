@@ -115,7 +115,7 @@ def router(app: App, auth: Auth) -> APIRouter:
         response_model=TaskOut,
         status_code=201,
         dependencies=[write],
-        responses=responses(401, 413, 422, 503),
+        responses=responses(401, 413, 422, 429, 503),
         summary="Schedule a registered task (with a key: the live task holding that key)",
     )
     def schedule(body: ScheduleIn) -> TaskOut:

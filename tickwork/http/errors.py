@@ -2,7 +2,8 @@
 with the HTTP status that tells a client what to do about it.
 
 422 invalid input (naming the field and the reason), 413 arguments over the payload
-limit, 404 unknown task, 409 a state the operation does not apply to, 401 no valid
+limit, 429 ``max_pending`` reached (with Retry-After), 404 unknown task, 409 a state
+the operation does not apply to, 401 no valid
 token, 503 the database is unusable. Input can never cause a 5xx: an unexpected error is
 a bug, logged with its traceback and answered 500 without details.
 """
@@ -19,11 +20,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, StoreError, TaskNotFound
+from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, QueueFull, StoreError, TaskNotFound
 from tickwork.http.schemas import ErrorOut
 
 log = logging.getLogger("tickwork.http")
 
+
+# What a 429 asks the client to wait, in seconds.
+RETRY_AFTER_S = 5
 
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
@@ -51,6 +55,7 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         409: "The task's state does not allow this operation.",
         413: "Arguments or request body over the size limit.",
         422: "Invalid input: `field` and `reason` say what to fix.",
+        429: "max_pending reached: the nodes are behind; nothing was stored, retry later.",
         503: "The database is not reachable or its schema is not usable.",
     }
     return {code: {"model": ErrorOut, "description": text[code]} for code in codes}
@@ -68,6 +73,12 @@ def install(api: FastAPI, is_transient: Callable[[BaseException], bool]) -> None
     async def invalid_input(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, InvalidInput)
         return error_response(422, "invalid_input", str(exc), field=exc.field, reason=exc.reason)
+
+    async def queue_full(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, QueueFull)
+        return error_response(
+            429, "queue_full", str(exc), field=exc.field, reason="queue full", **{"Retry-After": str(RETRY_AFTER_S)}
+        )
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(404, "not_found", str(exc))
@@ -104,6 +115,7 @@ def install(api: FastAPI, is_transient: Callable[[BaseException], bool]) -> None
 
     api.add_exception_handler(PayloadTooLarge, payload_too_large)
     api.add_exception_handler(InvalidInput, invalid_input)
+    api.add_exception_handler(QueueFull, queue_full)
     api.add_exception_handler(TaskNotFound, not_found)
     api.add_exception_handler(InvalidState, conflict)
     api.add_exception_handler(StoreError, unavailable)
