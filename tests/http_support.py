@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tests.workers import ROOT
 from tickwork import App, Context
-from tickwork.http import create_app
+from tickwork.web import create_app
 from tickwork.worker import Worker
 
 if TYPE_CHECKING:

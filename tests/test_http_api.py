@@ -28,9 +28,9 @@ from tests.http_support import (
 )
 from tickwork import App, Status
 from tickwork.cli import main
-from tickwork.http import TokenConfigError, create_app
-from tickwork.http.auth import LOGIN_COOKIE, SESSION_COOKIE, Auth
-from tickwork.http.server import ServeConfigError, access, is_loopback
+from tickwork.web import TokenConfigError, create_app
+from tickwork.web.auth import LOGIN_COOKIE, SESSION_COOKIE, Auth
+from tickwork.web.server import ServeConfigError, access, is_loopback
 
 V1 = "/api/v1"
 

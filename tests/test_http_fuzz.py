@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.http_support import AUTH, TOKEN, make_app
 from tickwork import App
-from tickwork.http import create_app
+from tickwork.web import create_app
 
 EXAMPLES = 25
 CHECKS = [

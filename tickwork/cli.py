@@ -401,7 +401,7 @@ def _datetime(field: str, text: str | None) -> datetime | None:
 
 
 # Last: the serve command's module imports this one (load_app).
-from tickwork.http.cli import serve  # noqa: E402
+from tickwork.web.cli import serve  # noqa: E402
 
 main.add_command(serve)
 

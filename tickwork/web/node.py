@@ -18,7 +18,7 @@ from collections.abc import Callable
 from tickwork.app import App
 from tickwork.worker import Worker
 
-log = logging.getLogger("tickwork.http")
+log = logging.getLogger("tickwork.web")
 JOIN_SLACK_S = 10.0
 
 

@@ -17,11 +17,11 @@ from fastapi.responses import JSONResponse, Response
 
 from tickwork.app import App
 from tickwork.errors import StoreError
-from tickwork.http.errors import responses
-from tickwork.http.schemas import HealthOut
 from tickwork.metrics import exposition
+from tickwork.web.errors import responses
+from tickwork.web.schemas import HealthOut
 
-log = logging.getLogger("tickwork.http")
+log = logging.getLogger("tickwork.web")
 
 
 def router(app: App, read: Any) -> APIRouter:

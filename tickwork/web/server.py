@@ -13,10 +13,10 @@ import logging
 import uvicorn
 
 from tickwork.app import App
-from tickwork.http.app import create_app
-from tickwork.http.auth import TokenConfigError, check_token
+from tickwork.web.app import create_app
+from tickwork.web.auth import TokenConfigError, check_token
 
-log = logging.getLogger("tickwork.http")
+log = logging.getLogger("tickwork.web")
 
 
 class ServeConfigError(ValueError):

@@ -17,11 +17,11 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from tickwork.app import App
-from tickwork.http import api, dashboard, errors, probes
-from tickwork.http.auth import Auth
-from tickwork.http.middleware import BodyLimit, SecurityHeaders
-from tickwork.http.node import BackgroundWorker
 from tickwork.metrics import watch_queue
+from tickwork.web import api, dashboard, errors, probes
+from tickwork.web.auth import Auth
+from tickwork.web.middleware import BodyLimit, SecurityHeaders
+from tickwork.web.node import BackgroundWorker
 
 STATIC = Path(__file__).parent / "static"
 MIN_BODY_LIMIT = 1024 * 1024

@@ -15,10 +15,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tickwork.app import App
 from tickwork.errors import InvalidInput
-from tickwork.http.auth import Auth
-from tickwork.http.errors import Unauthorized, responses
-from tickwork.http.listing import find_tasks
-from tickwork.http.schemas import (
+from tickwork.model import ExecutionStatus, Status, Task
+from tickwork.web.auth import Auth
+from tickwork.web.errors import Unauthorized, responses
+from tickwork.web.listing import find_tasks
+from tickwork.web.schemas import (
     MAX_ID,
     BackfillIn,
     ExecutionList,
@@ -33,7 +34,6 @@ from tickwork.http.schemas import (
     TaskPage,
     Text,
 )
-from tickwork.model import ExecutionStatus, Status, Task
 
 TaskId = Annotated[int, Path(ge=1, le=MAX_ID, description="The task's id.")]
 Limit = Annotated[int, Query(ge=1, le=1000)]

@@ -35,8 +35,8 @@ def serve(app_spec: str, host: str, port: int, public_read: bool, with_worker: b
     The token is read from TICKWORK_API_TOKEN: it guards every write, and every read
     unless --public-read. Without it the server runs read-only, on loopback only."""
     from tickwork.cli import load_app
-    from tickwork.http.server import ServeConfigError
-    from tickwork.http.server import serve as run
+    from tickwork.web.server import ServeConfigError
+    from tickwork.web.server import serve as run
 
     if logging.getLogger().level > logging.INFO:
         logging.getLogger("tickwork").setLevel(logging.INFO)

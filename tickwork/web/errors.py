@@ -21,9 +21,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, QueueFull, StoreError, TaskNotFound
-from tickwork.http.schemas import ErrorOut
+from tickwork.web.schemas import ErrorOut
 
-log = logging.getLogger("tickwork.http")
+log = logging.getLogger("tickwork.web")
 
 
 # What a 429 asks the client to wait, in seconds.

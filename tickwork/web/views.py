@@ -24,7 +24,7 @@ def environment() -> jinja2.Environment:
     """The templates, autoescaped: every value a user supplied (task names, arguments,
     keys, error messages, tracebacks) reaches the page as text, never as markup."""
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("tickwork.http", "templates"),
+        loader=jinja2.PackageLoader("tickwork.web", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

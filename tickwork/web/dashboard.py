@@ -18,11 +18,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from tickwork.app import App
 from tickwork.errors import InvalidInput, InvalidState, TaskNotFound, TickworkError
-from tickwork.http.auth import LOGIN_COOKIE, SESSION_COOKIE, Auth, Session, csrf_ok, new_login_nonce
-from tickwork.http.listing import find_tasks
-from tickwork.http.schemas import plain_text
-from tickwork.http.views import FAILURE_STATUSES, environment
 from tickwork.model import Execution, ExecutionStatus, Status, Task
+from tickwork.web.auth import LOGIN_COOKIE, SESSION_COOKIE, Auth, Session, csrf_ok, new_login_nonce
+from tickwork.web.listing import find_tasks
+from tickwork.web.schemas import plain_text
+from tickwork.web.views import FAILURE_STATUSES, environment
 
 PAGE_SIZE = 50
 RECENT = 15
