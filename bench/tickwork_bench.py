@@ -309,13 +309,17 @@ def w4(kind: str, folder: Path, n: int) -> Counter[str]:
 def w5(kind: str, folder: Path, n: int) -> dict[str, object]:
     store = fresh_store(kind, folder)
     try:
-        instant = datetime.now(UTC) + timedelta(seconds=5 + n / 10_000)  # after scheduling and start-up
+        # Far enough ahead that scheduling (~3,000 tasks/s on a slow 2-core box) and the
+        # nodes' start-up are over before it: the herd must meet idle nodes.
+        instant = datetime.now(UTC) + timedelta(seconds=10 + n / 2_500)
         schedule(store, [instant] * n)
         probe = make_app(store.url, store.claim, None).store  # what a metrics scrape reads
         run = Run(store, folder)
         run.start(2)
         while len(probe.list_nodes()) < 2:
             time.sleep(0.05)
+        if time.time() > instant.timestamp():
+            raise RuntimeError("W5: scheduling and start-up took longer than the lead; the herd met no idle nodes")
         time.sleep(max(0.0, instant.timestamp() - time.time() - 1.0))  # the nodes idle until just before
         idle = run.rss_mb()
         trace: list[tuple[float, int, float]] = []  # (s after the instant, depth, oldest age) as a scrape sees it
