@@ -21,7 +21,7 @@ from rich.table import Table
 from tickwork.app import App
 from tickwork.errors import InvalidInput, TickworkError
 from tickwork.metrics import serve_metrics, watch_queue
-from tickwork.model import Execution, Status, Task
+from tickwork.model import Execution, Status
 from tickwork.schedules import CronSchedule, fire_times
 from tickwork.store.sqlite import path_from_url
 
@@ -207,7 +207,7 @@ def tasks_list(ctx: click.Context, status: str | None, name: str | None, limit: 
         table.add_column(column)
     for t in client(ctx).tasks(status=status, name=name, limit=limit):
         table.add_row(
-            str(t.id), t.name, t.kind.value, _schedule_text(t), t.status.value,
+            str(t.id), t.name, t.kind.value, t.schedule_text(), t.status.value,
             f"{t.next_run_at:%Y-%m-%d %H:%M:%S}" if not t.status.is_terminal else "",
             str(t.run_count), t.last_status.value if t.last_status else "",
         )  # fmt: skip
@@ -374,14 +374,6 @@ def _print_executions(rows: list[Execution]) -> None:
 
 def _ts(value: datetime | None) -> str:
     return f"{value:%Y-%m-%d %H:%M:%S.%f}"[:-3] if value else ""
-
-
-def _schedule_text(task: Task) -> str:
-    if task.cron:
-        return f"cron {task.cron} ({task.timezone})"
-    if task.interval:
-        return f"every {task.interval:g} s"
-    return "once"
 
 
 def _json(field: str, text: str) -> Any:

@@ -126,6 +126,15 @@ class Task:
     """Seconds a run may take, counted from its claim, before any node's reconciler ends
     it TIMED_OUT even though its node still renews the lease (None: no limit)."""
 
+    def schedule_text(self) -> str:
+        """The schedule in one short line: ``cron 0 9 * * 1-5 (Europe/Berlin)``,
+        ``every 300 s`` or ``once``."""
+        if self.cron:
+            return f"cron {self.cron} ({self.timezone})"
+        if self.interval:
+            return f"every {self.interval:g} s"
+        return "once"
+
     def next_fire_times(self, count: int = 5) -> list[datetime]:
         """The next ``count`` nominal slots, from ``scheduled_at`` on (empty if one-time)."""
         from tickwork.schedules import fire_times, schedule_of

@@ -95,11 +95,7 @@ def status_class(status: Status | ExecutionStatus | str | None) -> str:
 
 
 def schedule_text(task: Task) -> str:
-    if task.cron:
-        return f"cron {task.cron} ({task.timezone})"
-    if task.interval:
-        return f"every {seconds(task.interval)}"
-    return "once"
+    return task.schedule_text()
 
 
 def cron_words(task: Task) -> str | None:
