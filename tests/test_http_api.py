@@ -587,3 +587,22 @@ def test_a_full_queue_is_429_with_retry_after_and_stores_nothing(web_app: App) -
         body = problem(full, 429, "max_pending")
         assert full.headers["Retry-After"] == "5" and "max_pending=2" in body["message"]
         assert len(web_app.tasks()) == 2
+
+
+def test_open_reads_answer_only_their_own_host_names(web_app: App) -> None:
+    from fastapi.testclient import TestClient
+
+    server = create_app(web_app, token=None, public_read=True, allowed_hosts=["localhost", "127.0.0.1"])
+    with TestClient(server, base_url="http://attacker.example:8000") as rebound:
+        assert rebound.get(f"{V1}/tasks").status_code == 400  # a rebinding page gets nothing
+    with TestClient(server, base_url="http://127.0.0.1:8000") as local:
+        assert local.get(f"{V1}/tasks").status_code == 200
+
+
+def test_odd_digits_and_out_of_range_times_are_refused_not_500(api: Any) -> None:
+    at = "0001-01-01T00:00:00+14:00"  # before year 1 once in UTC
+    problem(api.post(f"{V1}/tasks", json={"name": "web.ok", "at": at}, headers=AUTH), 422, "at")
+    sign_in(api)
+    # A superscript two and an Arabic-Indic one: str.isdigit() accepts both.
+    for path in ("/tasks/\u00b2", "/tasks?offset=\u00b2", "/tasks/\u0661"):
+        assert api.get(path).status_code < 500, path

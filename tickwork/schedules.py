@@ -51,7 +51,10 @@ def require_aware(field: str, value: datetime) -> datetime:
     """Refuse naive datetimes: their meaning depends on the machine that reads them."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidInput(field, value.isoformat(), "datetime must be timezone-aware")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:  # 0001-01-01T00:00+14:00 is before year 1 in UTC
+        raise InvalidInput(field, value.isoformat(), "out of range once converted to UTC") from exc
 
 
 def parse_timezone(name: str) -> ZoneInfo:

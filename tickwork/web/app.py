@@ -8,13 +8,14 @@ arguments, so tests build as many servers as they like, each on its own database
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from importlib import metadata
 from pathlib import Path
 
 import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from tickwork.app import App
 from tickwork.metrics import watch_queue
@@ -28,7 +29,12 @@ MIN_BODY_LIMIT = 1024 * 1024
 
 
 def create_app(
-    app: App, *, token: str | None, public_read: bool = False, worker_concurrency: int | None = None
+    app: App,
+    *,
+    token: str | None,
+    public_read: bool = False,
+    worker_concurrency: int | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> FastAPI:
     """The HTTP server of ``app``.
 
@@ -37,6 +43,9 @@ def create_app(
     ``TokenConfigError``: it must never silently mean "no authentication".
     ``worker_concurrency``: also run a worker node with that many slots while the server
     runs (started and drained by the server's lifespan, inside its signal handling).
+    ``allowed_hosts``: answer only requests whose Host header is one of these (400
+    otherwise) — with reads open to anyone who can connect, a page on any web site could
+    otherwise read them through DNS rebinding to 127.0.0.1.
     """
     auth = Auth(token, public_read=public_read)
 
@@ -71,6 +80,8 @@ def create_app(
     # the App then checks the arguments' own encoded size exactly.
     server.add_middleware(BodyLimit, limit=max(MIN_BODY_LIMIT, 4 * app.max_payload))
     server.add_middleware(SecurityHeaders)
+    if allowed_hosts is not None:
+        server.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
     return server
 
 

@@ -102,7 +102,7 @@ class Auth:
             return None
         body, _, signature = cookie.rpartition(".")
         issued_text, _, session_id = body.partition(".")
-        if not session_id or not issued_text.isdigit():
+        if not session_id or not (issued_text.isascii() and issued_text.isdigit()):
             return None
         if not hmac.compare_digest(signature.encode(), self._sign("session", body).encode()):
             return None

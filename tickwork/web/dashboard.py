@@ -304,13 +304,13 @@ def _names(app: App, runs: list[Execution]) -> dict[int, str]:
 
 
 def _id(text: str) -> int:
-    if not text.isdigit() or len(text) > 19:
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:  # "²".isdigit() is True
         raise InvalidInput("task_id", text, "must be a positive integer")
     return int(text)
 
 
 def _offset(text: str, notes: list[str]) -> int:
-    if text.isdigit() and len(text) <= 18:
+    if text.isascii() and text.isdigit() and len(text) <= 18:
         return int(text)
     notes.append("Bad offset ignored.")
     return 0

@@ -34,6 +34,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
 def access(host: str, token: str | None, public_read: bool) -> bool:
     """Check the token and the address; return whether reads are public."""
     try:
@@ -62,5 +65,9 @@ def serve(
 ) -> None:
     """Serve until SIGINT/SIGTERM (then drain the in-process node, if any)."""
     public = access(host, token, public_read)
-    server = create_app(app, token=token, public_read=public, worker_concurrency=worker_concurrency)
+    # Open reads: only requests addressed to this server by name (no DNS rebinding).
+    hosts = [*LOOPBACK_NAMES, host] if public else None
+    server = create_app(
+        app, token=token, public_read=public, worker_concurrency=worker_concurrency, allowed_hosts=hosts
+    )
     uvicorn.run(server, host=host, port=port, log_level="info", server_header=False)
