@@ -137,6 +137,14 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], type[TickworkError], str]] = [
     ("cron-step-zero", dict(cron="*/0 * * * *"), InvalidCron, "cron='\\*/0"),
     ("cron-never", dict(cron="0 0 31 2 *"), InvalidCron, "never fires"),
     ("cron-fields", dict(cron="* * * *"), InvalidCron, "5 fields"),
+    ("cron-long-number", dict(cron="1" * 5000 + " * * * *"), InvalidCron, "minute field .*number too long"),
+    ("cron-long-step", dict(cron="*/" + "9" * 40 + " * * * *"), InvalidCron, "minute field .*number too long"),
+    ("cron-month-13", dict(cron="* * * 13 *"), InvalidCron, "month field '13' is invalid"),
+    ("cron-month-0", dict(cron="* * * 0 *"), InvalidCron, "month field '0' is invalid"),
+    ("cron-month-name", dict(cron="* * * FOO *"), InvalidCron, "month field 'FOO' is invalid"),
+    ("cron-month-range", dict(cron="* * * JAN-FOO *"), InvalidCron, "month field 'JAN-FOO' is invalid"),
+    ("cron-non-ascii", dict(cron="\u0661 * * * *"), InvalidCron, "printable ASCII"),
+    ("cron-not-str", dict(cron=5), InvalidCron, "must be a string"),
     ("timezone", dict(cron="0 9 * * *", timezone="Mars/Olympus"), InvalidTimezone, "timezone='Mars/Olympus'"),
     ("kwargs-not-json", dict(kwargs={"when": datetime(2030, 1, 1)}), InvalidInput, r"kwargs\['when'\]=.*not JSON"),
     ("kwargs-int-key", dict(kwargs={"m": {1: "a"}}), InvalidInput, r"kwargs\['m'\]=1: .*keys must be strings"),
@@ -221,6 +229,26 @@ def test_first_slot_jitter_spreads_tasks_scheduled_alike(app: App) -> None:
     offsets = {t.next_run_at - t.scheduled_at for t in tasks}
     assert len(offsets) > 40  # not one herd
     assert all(timedelta(0) <= o < timedelta(seconds=300) for o in offsets)
+
+
+@pytest.mark.parametrize(
+    ("cron", "zone", "at", "first"),
+    [
+        # From inside the second pass of a repeated hour, a fixed-hour entry waits for the next day.
+        ("0-59 2 * * *", "Europe/Berlin", datetime(2025, 10, 26, 1, 10, tzinfo=UTC), datetime(2025, 10, 27, 1, 0)),
+        # A wildcard-minute entry fires in both passes: 01:00 EST comes after 01:55 EDT.
+        ("*/5 1 * * *", "America/New_York", datetime(2025, 11, 2, 5, 56, tzinfo=UTC), datetime(2025, 11, 2, 6, 0)),
+        # Half-hour and 45-minute offsets: 02:00 at +10:30, 03:45 at +13:45.
+        ("* 2 * * *", "Australia/Lord_Howe", datetime(2023, 4, 1, 14, 0, tzinfo=UTC), datetime(2023, 4, 1, 15, 30)),
+        ("* 3 * * *", "Pacific/Chatham", datetime(2024, 9, 28, 12, 45, tzinfo=UTC), datetime(2024, 9, 28, 14, 0)),
+    ],
+)
+def test_first_slot_of_a_cron_schedule_across_dst(
+    app: App, cron: str, zone: str, at: datetime, first: datetime
+) -> None:
+    task = app.schedule("reports.daily", cron=cron, timezone=zone, at=at, jitter=0)
+    assert task.scheduled_at == first.replace(tzinfo=UTC)
+    assert task.next_fire_times(2)[0] == task.scheduled_at
 
 
 def test_cron_with_at_starts_no_earlier_than_at(app: App) -> None:

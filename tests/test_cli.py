@@ -82,6 +82,48 @@ def test_cron_explains_and_lists_fire_times(run) -> None:  # type: ignore[no-unt
     assert "Mars/Olympus" in run("cron", "* * * * *", "--timezone", "Mars/Olympus", ok=False)
 
 
+def test_cron_takes_after_and_prints_each_fire_time_in_its_zone_and_utc(run) -> None:  # type: ignore[no-untyped-def]
+    out = run("cron", "*/30 * * * *", "--timezone", "America/New_York", "--after", "2024-11-03T05:00Z", "-n", "3")
+    lines = [line.strip() for line in out.splitlines()[1:]]
+    assert lines == [
+        "2024-11-03 01:30:00 EDT -0400  (2024-11-03 05:30:00 UTC)",
+        "2024-11-03 01:00:00 EST -0500  (2024-11-03 06:00:00 UTC)",  # the repeated hour's second pass
+        "2024-11-03 01:30:00 EST -0500  (2024-11-03 06:30:00 UTC)",
+    ]
+    assert "timezone-aware" in run("cron", "* * * * *", "--after", "2024-01-01T00:00", ok=False)
+    assert "after='soon'" in run("cron", "* * * * *", "--after", "soon", ok=False)
+    assert "no fire time before the year 9999" in run("cron", "0 0 * * *", "--after", "9999-12-31T12:00Z")
+
+
+@pytest.mark.parametrize(
+    ("expression", "needle"),
+    [
+        ("-1 * * * *", "minute field '-1' is invalid"),  # an argument, not an unknown option
+        ("1" * 5000 + " * * * *", "minute field '11111111111111111...': number too long"),
+        ("*/" + "9" * 40 + " * * * *", "number too long"),
+        ("* * * 13 *", "month field '13' is invalid"),
+        ("* * * JAN-FOO *", "month field 'JAN-FOO' is invalid"),
+        ("--bogus", "expected 5 fields"),
+    ],
+)
+def test_cron_refuses_bad_expressions_in_one_line(run, expression: str, needle: str) -> None:  # type: ignore[no-untyped-def]
+    out = run("cron", expression, ok=False)
+    assert needle in out and "Traceback" not in out and "never fires" not in out
+    assert len(out.strip().splitlines()) == 1
+
+
+def test_tasks_show_prints_fire_times_in_the_task_zone_beside_utc(run) -> None:  # type: ignore[no-untyped-def]
+    run("schedule", APP, "test.record", "--cron", "30 2 * * *", "--timezone", "Europe/Berlin")
+    shown = run("tasks", "show", "1")
+    assert "next fire times (Europe/Berlin):" in shown
+    times = [line.strip() for line in shown.splitlines() if line.strip().endswith(" UTC)")]
+    assert len(times) == 5
+    for line in times:  # 02:30 local is 00:30 or 01:30 UTC, or 03:00 local on a spring-forward day
+        local, _, utc = line.partition("  (")
+        assert local.split()[1] in ("02:30:00", "03:00:00") and local.split()[2] in ("CET", "CEST")
+        assert utc.split()[1] in ("00:30:00", "01:30:00", "01:00:00")
+
+
 def test_demo_runs_every_kind_of_task(tmp_path: Path) -> None:
     db_path = tmp_path / "demo.db"
     result = subprocess.run(

@@ -22,8 +22,8 @@ from tickwork.schedules import (
     MAX_RETRY_DELAY,
     CronSchedule,
     IntervalSchedule,
-    fire_times,
     jitter_offset,
+    next_fires,
     next_slot,
     retry_delay,
     settle,
@@ -236,7 +236,7 @@ def test_interval_fires_never_drift_via_next_after(seconds: float, start: dateti
 @pytest.mark.parametrize("seconds", [0.1, 1.5, 7, 3600])
 def test_interval_fires_never_drift_via_fire_times(seconds: float) -> None:
     start = utc(2024, 11, 3, 5, 0, 0, 123_456)
-    fires = list(fire_times(IntervalSchedule(seconds), start, DRIFT_FIRES))
+    fires = list(next_fires(IntervalSchedule(seconds), start, DRIFT_FIRES))
     assert len(fires) == DRIFT_FIRES
     step = timedelta(seconds=seconds)
     assert fires == [start + k * step for k in range(1, DRIFT_FIRES + 1)]
@@ -250,14 +250,14 @@ def test_interval_fires_never_drift_via_fire_times(seconds: float) -> None:
 def test_interval_fires_never_drift_hypothesis(seconds: float, start: datetime) -> None:
     step = timedelta(seconds=seconds)
     assume(start + DRIFT_FIRES * step <= datetime.max.replace(tzinfo=UTC) - step)
-    for k, fire in enumerate(fire_times(IntervalSchedule(seconds), start, DRIFT_FIRES), start=1):
+    for k, fire in enumerate(next_fires(IntervalSchedule(seconds), start, DRIFT_FIRES), start=1):
         assert fire - start == k * step
 
 
 def test_cron_fire_times_are_successive_next_after() -> None:
     schedule = CronSchedule("*/7 * * * *", "America/New_York")
     start = utc(2024, 11, 3, 4, 50)
-    fires = list(fire_times(schedule, start, 50))
+    fires = list(next_fires(schedule, start, 50))
     assert len(fires) == 50
     assert all(a < b for a, b in zip([start, *fires], fires, strict=False))
     assert fires[0] == utc(2024, 11, 3, 4, 56)  # 00:56 EDT

@@ -29,6 +29,7 @@ from tickwork.model import (
     Task,
 )
 from tickwork.registry import Isolation
+from tickwork.schedules import fire_times
 
 __all__ = [
     "App",
@@ -56,4 +57,5 @@ __all__ = [
     "TaskNotFound",
     "TickworkError",
     "UnknownTask",
+    "fire_times",
 ]

@@ -18,22 +18,14 @@ from typing import Any, TypeVar, overload
 
 from tickwork.clock import Clock, utcnow
 from tickwork.codec import check_json, dumps
+from tickwork.cron import CronSchedule, parse_timezone
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
 from tickwork.events import Events, Hook
 from tickwork.locks import RedisLocks
 from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Stats, Status, Task
 from tickwork.node_locks import NodeLocks, RedisMode
 from tickwork.registry import Isolation, Registry, TaskOptions
-from tickwork.schedules import (
-    CronSchedule,
-    IntervalSchedule,
-    decide,
-    first_slot_from,
-    jitter_offset,
-    parse_timezone,
-    require_aware,
-    schedule_of,
-)
+from tickwork.schedules import IntervalSchedule, decide, first_slot_from, jitter_offset, require_aware, schedule_of
 from tickwork.store import NewTask, Skipping, Store, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -347,8 +339,6 @@ class App:
         # Everything that can be refused is checked before the store is touched.
         delay_s = None if delay is None else _seconds("delay", delay, allow_zero=True)
         at_utc = None if at is None else _moment("at", at)
-        if cron is not None and not isinstance(cron, str):
-            raise InvalidInput("cron", cron, "must be a string")
         cron_schedule = None if cron is None else CronSchedule(cron, timezone)
         interval: float | None = None
         if every is not None:

@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
@@ -19,10 +19,11 @@ from rich.console import Console
 from rich.table import Table
 
 from tickwork.app import App
+from tickwork.cron import CronSchedule
 from tickwork.errors import InvalidInput, TickworkError
 from tickwork.metrics import serve_metrics, watch_queue
 from tickwork.model import Execution, Status
-from tickwork.schedules import CronSchedule, fire_times
+from tickwork.schedules import fire_times
 from tickwork.store.sqlite import path_from_url
 
 console = Console()
@@ -227,7 +228,10 @@ def tasks_show(ctx: click.Context, task_id: int) -> None:
         table.add_row(field, json.dumps(value) if isinstance(value, (dict, list)) else str(value))
     console.print(table)
     if not task.status.is_terminal and (upcoming := task.next_fire_times(5)):
-        console.print("next fire times: " + ", ".join(f"{t:%Y-%m-%d %H:%M:%S}Z" for t in upcoming))
+        zone = task.timezone if task.cron else "UTC"
+        console.print(f"next fire times ({zone}):", markup=False)
+        for when in upcoming:
+            console.print("  " + both_zones(when, zone), markup=False)
     if task.last_decision:
         console.print(f"last decision: {task.last_decision}")
     _print_executions(app.executions(task_id, limit=10))
@@ -318,19 +322,32 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         console.print(f"runs {label}{note}: " + (", ".join(f"{k} {v}" for k, v in sorted(runs.items())) or "none"))
 
 
-@main.command()
+@main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("expression")
-@click.option("--timezone", default="UTC", show_default=True)
+@click.option("--timezone", default="UTC", show_default=True, help="IANA zone the expression is read in.")
+@click.option("--after", "after_text", help="ISO 8601 time with an offset (default: now); times strictly after it.")
 @click.option("-n", "count", default=5, show_default=True, type=click.IntRange(1, 1000))
 @errors_as_messages
-def cron(expression: str, timezone: str, count: int) -> None:
-    """Explain a cron EXPRESSION and print its next N fire times."""
-    schedule = CronSchedule(expression, timezone)
-    zone = ZoneInfo(timezone)
-    console.print(f"{expression!r} in {timezone}: {schedule.explain()}")
-    for when in fire_times(schedule, datetime.now(UTC), count):
-        local = when.astimezone(zone)
-        console.print(f"  {local:%Y-%m-%d %H:%M:%S %Z}  ({when:%Y-%m-%d %H:%M:%S} UTC)")
+def cron(expression: str, timezone: str, after_text: str | None, count: int) -> None:
+    """Explain a cron EXPRESSION and print its next N fire times, in its zone and in UTC.
+
+    An expression that starts with "-" is taken as the expression, not as an option.
+    """
+    after = _datetime("after", after_text)
+    times = fire_times(cron=expression, timezone=timezone, after=after, n=count)
+    words = CronSchedule(expression, timezone).explain()
+    console.print(f"{expression!r} in {timezone}" + (f": {words}" if words else ""), markup=False)
+    for when in times:
+        console.print("  " + both_zones(when, timezone), markup=False)
+    if not times:
+        console.print("  no fire time before the year 9999")
+
+
+def both_zones(when: datetime, timezone: str) -> str:
+    """``2025-10-26 02:30:00 CEST +0200  (2025-10-26 00:30:00 UTC)``: a fire time in its
+    own zone beside UTC, since a wall time alone is ambiguous on fall-back nights."""
+    local = when.astimezone(ZoneInfo(timezone))
+    return f"{local:%Y-%m-%d %H:%M:%S %Z %z}  ({when:%Y-%m-%d %H:%M:%S} UTC)"
 
 
 @main.group()

@@ -137,12 +137,12 @@ class Task:
 
     def next_fire_times(self, count: int = 5) -> list[datetime]:
         """The next ``count`` nominal slots, from ``scheduled_at`` on (empty if one-time)."""
-        from tickwork.schedules import fire_times, schedule_of
+        from tickwork.schedules import next_fires, schedule_of
 
         schedule = schedule_of(self)
         if schedule is None:
             return []
-        return [self.scheduled_at, *fire_times(schedule, self.scheduled_at, count - 1)][:count]
+        return [self.scheduled_at, *next_fires(schedule, self.scheduled_at, count - 1)][:count]
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)

@@ -15,36 +15,14 @@ import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cronsim import CronSim, CronSimError
-
-from tickwork.errors import InvalidCron, InvalidInput, InvalidTimezone
+from tickwork.cron import CronSchedule, parse_timezone
+from tickwork.errors import InvalidInput
 from tickwork.model import ErrorInfo, ExecutionStatus, Kind, Misfire, Status, Task
 from tickwork.store.base import Claim, Outcome
 
 MAX_RETRY_DELAY = 300.0
 """Cap of the exponential retry backoff, in seconds (DESIGN.md §2)."""
-
-CRON_MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-
-# Reverse cron iteration is off by at most a DST shift (30 min in Lord Howe, 1 h
-# elsewhere) around a change: forward iteration from this much earlier finds the truth.
-DST_SLACK = timedelta(hours=2)
-
-# cronsim yields the next match of the *naive* wall time for fixed-time expressions in
-# a zone with DST; on a fall-back day, starting inside the second pass of the repeated
-# hour, that match can lie before the start in UTC. We step past such results; a handful
-# of steps always suffices, the bound only guards against an unforeseen library change.
-_MAX_STEPS_PAST_START = 8
 
 
 def require_aware(field: str, value: datetime) -> datetime:
@@ -57,15 +35,6 @@ def require_aware(field: str, value: datetime) -> datetime:
         raise InvalidInput(field, value.isoformat(), "out of range once converted to UTC") from exc
 
 
-def parse_timezone(name: str) -> ZoneInfo:
-    if not isinstance(name, str) or not name:
-        raise InvalidTimezone("timezone", name, "must be an IANA time zone name")
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise InvalidTimezone("timezone", name, "unknown IANA time zone") from exc
-
-
 class Schedule(Protocol):
     def next_after(self, after: datetime) -> datetime:
         """The first nominal fire time strictly after ``after`` (UTC in, UTC out)."""
@@ -74,79 +43,6 @@ class Schedule(Protocol):
     def latest_until(self, slot: datetime, now: datetime) -> datetime:
         """The last fire time in [slot, now], given that ``slot`` is a fire time <= now."""
         ...
-
-
-@dataclasses.dataclass(frozen=True)
-class CronSchedule:
-    """A standard 5-field cron expression (or @macro) evaluated in an IANA zone.
-
-    DST follows ISC cron, as cronsim implements it: a fixed wall time that does not
-    exist fires once at the first valid instant after the gap, one that occurs twice
-    fires once at its first occurrence; wildcard-hour or wildcard-minute expressions
-    fire in both passes of a repeated hour.
-    """
-
-    expression: str
-    timezone: str = "UTC"
-
-    def __post_init__(self) -> None:
-        zone = parse_timezone(self.timezone)
-        expr = self.normalized
-        if len(expr.split()) != 5:
-            raise InvalidCron("cron", self.expression, "expected 5 fields (minute hour day month weekday)")
-        try:
-            probe = CronSim(expr, datetime(2000, 1, 1, tzinfo=zone))
-            next(probe)
-        except CronSimError as exc:
-            raise InvalidCron("cron", self.expression, _cron_reason(expr, str(exc))) from exc
-        except StopIteration as exc:
-            raise InvalidCron("cron", self.expression, "expression never fires") from exc
-
-    @property
-    def normalized(self) -> str:
-        text = self.expression.strip()
-        return CRON_MACROS.get(text.lower(), text)
-
-    def next_after(self, after: datetime) -> datetime:
-        after = after.astimezone(UTC)
-        zone = ZoneInfo(self.timezone)
-        it = CronSim(self.normalized, after.astimezone(zone))
-        for _ in range(_MAX_STEPS_PAST_START):
-            candidate = next(it).astimezone(UTC)
-            if candidate > after:
-                return candidate
-        raise RuntimeError(f"cron {self.expression!r} did not advance past {after}")
-
-    def latest_until(self, slot: datetime, now: datetime) -> datetime:
-        # Walk back from now (cheap however long the gap) to near the answer, then find it
-        # forward: around a DST change reverse iteration can name a time that forward
-        # iteration (the ISC rules) never fires, so only forward results are trusted.
-        back = CronSim(self.normalized, now.astimezone(ZoneInfo(self.timezone)), reverse=True)
-        try:
-            probe = max(slot, next(back).astimezone(UTC) - DST_SLACK)
-        except StopIteration:
-            probe = slot
-        latest = slot
-        if probe > slot and (first := self.next_after(probe - timedelta(microseconds=1))) <= now:
-            latest = first
-        while (following := self.next_after(latest)) <= now:
-            latest = following
-        return latest
-
-    def explain(self) -> str:
-        return CronSim(self.normalized, datetime(2000, 1, 1, tzinfo=UTC)).explain()
-
-
-def _cron_reason(expr: str, message: str) -> str:
-    """Tell "never fires" apart from a bad field: cronsim reports both as a bad day."""
-    fields = expr.split()
-    if len(fields) == 5 and fields[3] != "*":
-        try:
-            CronSim(" ".join([*fields[:3], "*", fields[4]]), datetime(2000, 1, 1, tzinfo=UTC))
-        except CronSimError:
-            return message
-        return f"expression never fires: day-of-month {fields[2]} does not occur in month {fields[3]}"
-    return message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,12 +90,70 @@ def _cron_schedule(expression: str, timezone: str) -> CronSchedule:
     return CronSchedule(expression, timezone)
 
 
-def fire_times(schedule: Schedule, after: datetime, count: int) -> Iterator[datetime]:
-    """The next ``count`` fire times strictly after ``after``."""
+def next_fires(schedule: Schedule, after: datetime, count: int) -> Iterator[datetime]:
+    """The next ``count`` fire times strictly after ``after`` (fewer at the end of time)."""
     current = after
     for _ in range(count):
-        current = schedule.next_after(current)
+        try:
+            current = schedule.next_after(current)
+        except (InvalidInput, OverflowError):
+            return
         yield current
+
+
+MAX_FIRE_TIMES = 10_000
+"""The most fire times one ``fire_times`` call answers."""
+
+
+def fire_times(
+    *,
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    timezone: str = "UTC",
+    after: datetime | None = None,
+    n: int = 5,
+    anchor: datetime | None = None,
+) -> list[datetime]:
+    """The next ``n`` fire times strictly after ``after`` (default: now), as aware UTC
+    datetimes, computed without a database by the rules a node uses.
+
+    ``cron`` is read in ``timezone`` with the DST rule of the README; ``every`` (seconds
+    or a timedelta) counts real elapsed time on the grid ``anchor + k * every``, where
+    ``anchor`` defaults to ``after``. Fewer than ``n`` come back only at year 9999.
+    """
+    if (cron is None) == (every is None):
+        raise InvalidInput("cron", cron, "give exactly one of cron or every")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FIRE_TIMES:
+        raise InvalidInput("n", n, f"must be an integer from 1 to {MAX_FIRE_TIMES}")
+    start = datetime.now(UTC) if after is None else require_aware("after", after)
+    if cron is not None:
+        if anchor is not None:
+            raise InvalidInput("anchor", anchor, "only applies to every")
+        return list(next_fires(CronSchedule(cron, timezone), start, n))
+    if timezone != "UTC":
+        parse_timezone(timezone)
+        raise InvalidInput("timezone", timezone, "only applies to cron schedules")
+    step = _interval("every", every)
+    grid = start if anchor is None else require_aware("anchor", anchor)
+    first = (start - grid) // step + 1  # the first multiple of step strictly after start
+    times = []
+    for k in range(first, first + n):
+        try:
+            times.append(grid + k * step)
+        except OverflowError:
+            break
+    return times
+
+
+def _interval(field: str, value: object) -> timedelta:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise InvalidInput(field, value, "must be a number of seconds or a timedelta")
+    IntervalSchedule(float(seconds))  # positive, finite, at least a microsecond
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError as exc:
+        raise InvalidInput(field, value, "too large") from exc
 
 
 def retry_delay(attempt: int, backoff: float) -> float:

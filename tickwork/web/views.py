@@ -13,9 +13,9 @@ from zoneinfo import ZoneInfo
 
 import jinja2
 
+from tickwork.cron import CronSchedule
 from tickwork.errors import TickworkError
 from tickwork.model import Execution, ExecutionStatus, Status, Task
-from tickwork.schedules import CronSchedule
 
 FAILURE_STATUSES = (ExecutionStatus.FAILED.value, ExecutionStatus.TIMED_OUT.value)
 
