@@ -25,6 +25,7 @@ from tickwork.metrics import serve_metrics, watch_queue
 from tickwork.model import Execution, Status
 from tickwork.schedules import fire_times
 from tickwork.store.sqlite import path_from_url
+from tickwork.urls import masked
 
 console = Console()
 R = TypeVar("R")
@@ -362,7 +363,7 @@ def upgrade(ctx: click.Context) -> None:
     """Create or upgrade the schema to the latest version."""
     app = client(ctx, create=True)
     version = app.store.migrate()
-    console.print(f"{app.url}: schema at version {version}")
+    console.print(f"{masked(app.url)}: schema at version {version}", markup=False)
 
 
 @main.command()

@@ -9,6 +9,7 @@ from tickwork.clock import utcnow
 from tickwork.errors import StoreError
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping, Store
 from tickwork.store.sql import SQLStore
+from tickwork.urls import masked
 
 __all__ = ["Claim", "NewTask", "Outcome", "Renewal", "Skipping", "Store", "open_store"]
 
@@ -32,5 +33,5 @@ def open_store(url: str, *, clock: Callable[[], datetime] = utcnow, claim: str |
             raise
     scheme = url.split(":", 1)[0] if ":" in url else url
     raise StoreError(
-        f"url={url!r}: unsupported database scheme {scheme!r} (expected sqlite:///PATH or postgresql://...)"
+        f"url={masked(url)!r}: unsupported database scheme {scheme!r} (expected sqlite:///PATH or postgresql://...)"
     )

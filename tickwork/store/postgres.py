@@ -30,6 +30,7 @@ from tickwork.codec import dumps
 from tickwork.errors import StoreError
 from tickwork.store import queries
 from tickwork.store.sql import Row, iter_statements
+from tickwork.urls import masked, scrubbed
 
 log = logging.getLogger("tickwork.store.postgres")
 
@@ -163,7 +164,7 @@ class PostgresDialect:
             self.autocommit_pool.open(wait=True, timeout=15)
         except Exception as exc:
             self.close()
-            raise StoreError(f"url={url!r}: cannot connect to PostgreSQL: {exc}") from exc
+            raise StoreError(f"url={masked(url)!r}: cannot connect to PostgreSQL: {scrubbed(str(exc), url)}") from None
 
     def _pool(self, size: int, *, autocommit: bool) -> ConnectionPool[psycopg.Connection[Any]]:
         return ConnectionPool(

@@ -24,6 +24,7 @@ from tickwork.codec import dumps
 from tickwork.errors import StoreError
 from tickwork.store import queries
 from tickwork.store.sql import Row, iter_statements
+from tickwork.urls import masked
 
 BUSY_TIMEOUT_S = 30.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -34,10 +35,10 @@ def path_from_url(url: str) -> str:
     """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``sqlite:///:memory:``."""
     prefix = "sqlite:///"
     if not url.startswith(prefix):
-        raise StoreError(f"url={url!r}: expected sqlite:///PATH")
+        raise StoreError(f"url={masked(url)!r}: expected sqlite:///PATH")
     path = url[len(prefix) :]
     if not path:
-        raise StoreError(f"url={url!r}: missing database path")
+        raise StoreError(f"url={masked(url)!r}: missing database path")
     return path
 
 
