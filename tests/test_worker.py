@@ -536,3 +536,34 @@ def test_cancel_run_only_stops_the_current_run_and_keeps_the_schedule(app: App, 
     assert not after.cancel_requested and not after.cancel_run_only
     [run] = app.executions(task.id)
     assert run.status is ExecutionStatus.CANCELLED and run.note is not None and "schedule goes on" in run.note
+
+
+class Escape(BaseException):
+    """A BaseException of the task's own, neither SystemExit nor KeyboardInterrupt."""
+
+
+@pytest.mark.parametrize("kind", ["thread", "async"])
+def test_base_exceptions_from_task_code_end_the_run_failed_and_free_the_slot(app: App, kind: str) -> None:
+    raised = {"exit": SystemExit(3), "interrupt": KeyboardInterrupt(), "escape": Escape("out")}
+
+    @app.task(name="t.raise_base")
+    def raise_base(ctx: Context, which: str) -> None:
+        raise raised[which]
+
+    @app.task(name="t.raise_base_async")
+    async def raise_base_async(ctx: Context, which: str) -> None:
+        raise raised[which]
+
+    name = "t.raise_base" if kind == "thread" else "t.raise_base_async"
+    node = Node(app, concurrency=1)  # one slot: a wedged slot would stall everything after it
+    try:
+        tasks = [app.schedule(name, kwargs={"which": which}) for which in raised]
+        after = app.schedule("t.record")
+        wait_for(lambda: all(app.get(t.id).status is Status.FAILED for t in tasks))
+        wait_for(lambda: app.get(after.id).status is Status.COMPLETED)
+        for task, error in zip(tasks, raised.values(), strict=True):
+            (execution,) = app.executions(task.id)
+            assert execution.status is ExecutionStatus.FAILED
+            assert execution.error is not None and execution.error.type == type(error).__qualname__
+    finally:
+        node.stop()  # a graceful stop returns: no run is left behind

@@ -109,6 +109,16 @@ class Run:
             task.cancel()
 
 
+class TaskBaseException(Exception):
+    """A task's own ``SystemExit``, ``KeyboardInterrupt`` or other ``BaseException``,
+    carried out of its coroutine as an ordinary error: asyncio lets those two stop the
+    event loop itself, which would strand every async run of the node."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(repr(original))
+        self.original = original
+
+
 class AsyncRunner:
     """One event loop in a daemon thread, started on first use, for ``async def`` tasks."""
 
@@ -133,7 +143,12 @@ class AsyncRunner:
             task = asyncio.current_task()
             assert task is not None
             run.bind_async(loop, task)
-            return await coro
+            try:
+                return await coro
+            except (Exception, asyncio.CancelledError):
+                raise
+            except BaseException as exc:
+                raise TaskBaseException(exc) from exc
 
         return asyncio.run_coroutine_threadsafe(bound(), loop).result()
 
@@ -174,13 +189,20 @@ class Executor:
                 stopped = exc.info.type in ("Cancelled", "CancelledError")  # how a cancelled child ends
                 return self._cancelled(run, None if stopped else exc.info)
             return RunResult(ExecutionStatus.FAILED, exc.info)
-        except Exception as exc:
-            if run.cancel_reason is not None:
-                return self._cancelled(run, ErrorInfo.from_exception(exc))
-            return RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
+        except TaskBaseException as exc:
+            return self._raised(run, exc.original)
+        except BaseException as exc:
+            # Task code's SystemExit / KeyboardInterrupt end the run, never its node thread
+            # (signals reach only the main thread, so none of these is the node's own).
+            return self._raised(run, exc)
         if run.cancel_reason is not None:
             return self._cancelled(run)
         return self._completed(value)
+
+    def _raised(self, run: Run, exc: BaseException) -> RunResult:
+        if run.cancel_reason is not None:
+            return self._cancelled(run, ErrorInfo.from_exception(exc))
+        return RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
 
     def cancelled(self, run: Run) -> RunResult:
         """The result of a run stopped (by ``run.cancel_reason``) before it started."""

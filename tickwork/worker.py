@@ -427,7 +427,7 @@ class Worker:
             began = time.monotonic()
             result = self.executor.execute(run, ctx)
             self.prefetch.observe_run(time.monotonic() - began)
-        except Exception as exc:
+        except BaseException as exc:
             # Executor.execute turns task errors into results: this is a bug of ours.
             log.exception("task %s: unexpected error while running", run.task_id)
             result = RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
