@@ -44,6 +44,10 @@ MAX_DIGITS = 4
 """No cron number needs more digits (a step over 59 is allowed but pointless); longer
 runs of digits are refused before they reach int() (whose limit is 4,300 digits)."""
 
+_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+_DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+_NAMES = {3: {m: i for i, m in enumerate(_MONTHS, start=1)}, 4: {d: i for i, d in enumerate(_DAYS)}}
+_STEPPED_RANGE = re.compile(r"^(\w+)-(\w+)/(\d+)$")
 _ONE_MICROSECOND = timedelta(microseconds=1)
 _DIGIT_RUN = re.compile(rf"[0-9]{{{MAX_DIGITS + 1},}}")
 _EXCEPTIONS = (CronSimError, ValueError, OverflowError, IndexError)
@@ -208,6 +212,7 @@ def validate(expression: object) -> tuple[str, ...]:
         except _EXCEPTIONS as exc:
             reason = f"{name} field {_shown(field)} is invalid (values {allowed})"
             raise InvalidCron("cron", expression, reason) from exc
+    fields = tuple(_single_value_ranges(index, field) for index, field in enumerate(fields))
     try:
         next(CronSim(" ".join(fields), datetime(2000, 1, 1)))
     except _EXCEPTIONS as exc:
@@ -215,6 +220,23 @@ def validate(expression: object) -> tuple[str, ...]:
     except StopIteration as exc:
         raise InvalidCron("cron", expression, _never_fires(fields)) from exc
     return fields
+
+
+def _single_value_ranges(index: int, field: str) -> str:
+    """``5-5/10`` is the one value 5 (as in Vixie cron); cronsim reads a stepped range
+    of one value as "from it to the end of the field", so such terms become the value."""
+    terms = []
+    for term in field.split(","):
+        if (match := _STEPPED_RANGE.match(term)) and _value(index, match[1]) == _value(index, match[2]) is not None:
+            term = match[1]
+        terms.append(term)
+    return ",".join(terms)
+
+
+def _value(index: int, text: str) -> int | None:
+    if text.isdigit():
+        return int(text)
+    return _NAMES.get(index, {}).get(text.upper())
 
 
 def _never_fires(fields: tuple[str, ...]) -> str:
