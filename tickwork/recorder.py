@@ -3,7 +3,9 @@
 Every run that ends within the same few milliseconds shares one transaction (one
 ``store.finish`` call), each outcome still fenced by its own version and lease owner.
 A run keeps its slot, and its lease keeps being renewed, until its result is written:
-a slow store delays new claims, never the fencing.
+a slow store delays new claims, never the fencing. A result the store cannot take for
+now (it is away, read-only, or full) is kept and written again until it is taken or
+found stale: a finished run is never declared lost for want of a write.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from tickwork.store.base import Outcome, Store
 log = logging.getLogger("tickwork.recorder")
 
 MAX_BATCH = 500
-# How long a batch is retried while the store is unreachable before it is left to the
-# reconciler (the leases expire, the runs are recorded lost and retried).
+# Once the node is stopping, how long a batch is still retried while the store is away
+# before it is left to the reconciler (the leases expire, the runs are recorded lost).
 RETRY_FOR_S = 30.0
+MAX_RETRY_PAUSE_S = 1.0
 
 T = TypeVar("T")
 
@@ -47,7 +50,7 @@ class Recorder(Generic[T]):
         self.failure: BaseException | None = None
         self.write_s = 0.0
         """How long the last batch took to write (part of a slot's refill time)."""
-        self.stale = 0
+        self._give_up_at: float | None = None  # set when stopping: retries are bounded then
         self._queue: queue.SimpleQueue[tuple[T, Outcome] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name="tickwork-recorder", daemon=True)
 
@@ -59,6 +62,7 @@ class Recorder(Generic[T]):
 
     def stop(self, timeout: float = RETRY_FOR_S + 5.0) -> None:
         """Write everything submitted so far, then end the thread."""
+        self._give_up_at = time.monotonic() + RETRY_FOR_S
         self._queue.put(None)
         self._thread.join(timeout)
 
@@ -88,12 +92,10 @@ class Recorder(Generic[T]):
 
     def _write(self, batch: list[tuple[T, Outcome]]) -> None:
         started = time.monotonic()
-        deadline = started + RETRY_FOR_S
-        applied = self._finish_with_retry([outcome for _, outcome in batch], deadline)
+        applied = self._finish_with_retry([outcome for _, outcome in batch])
         self.write_s = time.monotonic() - started
         for (_, outcome), ok in zip(batch, applied, strict=True):
             if ok is False:
-                self.stale += 1
                 STALE_RESULTS.labels(write="result").inc()
                 log.warning(
                     "task %s: stale result dropped: fence %s no longer holds the lease (0 rows changed)",
@@ -102,37 +104,46 @@ class Recorder(Generic[T]):
                 )
         self.on_written([(item, outcome, ok) for (item, outcome), ok in zip(batch, applied, strict=True)])
 
-    def _finish_scrubbed(self, outcome: Outcome, exc: BaseException) -> bool | None:
-        """An outcome the store refuses whatever the retries (a value it cannot hold):
-        write the run's status without the details rather than lose it."""
-        log.error("task %s: result refused by the store (%s); recording it without details", outcome.task_id, exc)
-        error = ErrorInfo(outcome.error.type, "details could not be stored") if outcome.error else None
-        scrubbed = dataclasses.replace(
-            outcome, result=None, error=error, note=f"details could not be stored: {type(exc).__name__}"
-        )
-        try:
-            return self.store.finish(self.node_id, [scrubbed])[0]
-        except Exception:
-            log.exception("task %s: could not record even the scrubbed result", outcome.task_id)
-            return None
+    def _finish_with_retry(self, outcomes: list[Outcome], *, scrubbed: bool = False) -> list[bool | None]:
+        """Per outcome: applied, stale, or None when the node stopped before it could be
+        written (its lease then expires and the reconciler records the run as lost).
 
-    def _finish_with_retry(self, outcomes: list[Outcome], deadline: float) -> list[bool | None]:
-        """Per outcome: applied, stale, or None when it could not be written before the
-        deadline (its lease then expires and the reconciler records the run as lost)."""
+        Errors that pass (the store away, read-only, full) are retried until the write
+        is taken; an outcome the store refuses whatever the retries (a value it cannot
+        hold) is written once more without its details rather than lost."""
         delay = 0.05
+        failing_since: float | None = None
         while True:
             try:
-                return list(self.store.finish(self.node_id, outcomes))
+                applied: list[bool | None] = list(self.store.finish(self.node_id, outcomes))
             except Exception as exc:
                 if len(outcomes) > 1:
-                    # One bad outcome must not hold back the others: write them one by one,
-                    # within the same deadline (an outage costs it once, not once per run).
-                    return [self._finish_with_retry([o], deadline)[0] for o in outcomes]
+                    # One bad outcome must not hold back the others: write them one by one
+                    # (after an outage, the first write succeeds and so do the rest).
+                    return [self._finish_with_retry([o], scrubbed=scrubbed)[0] for o in outcomes]
                 if not self.store.is_transient(exc):
-                    return [self._finish_scrubbed(outcomes[0], exc)]
-                if time.monotonic() > deadline:
-                    log.exception("could not record the result of task %s", outcomes[0].task_id)
+                    if scrubbed:
+                        log.exception("task %s: the store refuses even its result without details", outcomes[0].task_id)
+                        return [None]
+                    return self._finish_with_retry([_without_details(outcomes[0], exc)], scrubbed=True)
+                if self._give_up_at is not None and time.monotonic() > self._give_up_at:
+                    log.exception("could not record the result of task %s before stopping", outcomes[0].task_id)
                     return [None]
-                log.warning("recording a result failed; retrying", exc_info=True)
+                if failing_since is None:
+                    failing_since = time.monotonic()
+                    log.warning("recording a result failed; keeping it and retrying", exc_info=True)
                 time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, MAX_RETRY_PAUSE_S)
+                continue
+            if failing_since is not None:
+                log.warning("results recorded again after %.1f s", time.monotonic() - failing_since)
+            return applied
+
+
+def _without_details(outcome: Outcome, exc: BaseException) -> Outcome:
+    """The outcome with its result and error text left out: the run's status still counts."""
+    log.error("task %s: result refused by the store (%s); recording it without details", outcome.task_id, exc)
+    error = ErrorInfo(outcome.error.type, "details could not be stored") if outcome.error else None
+    return dataclasses.replace(
+        outcome, result=None, error=error, note=f"details could not be stored: {type(exc).__name__}"
+    )

@@ -39,6 +39,7 @@ from tickwork.model import ErrorInfo, ExecutionStatus, Node, Overlap
 from tickwork.reconciler import reconcile
 from tickwork.recorder import Recorder
 from tickwork.registry import Isolation
+from tickwork.renewer import Renewer
 from tickwork.schedules import decide, failed_outcome, outcome_of, schedule_of, skipped_outcome
 from tickwork.store.base import Claim, Outcome, Renewal
 
@@ -180,6 +181,9 @@ class Worker:
         self._reconciler: threading.Thread | None = None
         self._monitor_failed: BaseException | None = None
         self._recorder: Recorder[Run] = Recorder(self.store, self.node_id, self._written)
+        self._renewer = Renewer(self._heartbeat)
+        self._kept_locks: set[int] = set()  # unconfirmed runs whose Redis lock was extended
+        self._renewal_stuck_since: float | None = None
         self.locks = app.node_locks()
         self.started = threading.Event()
         self.stopped = threading.Event()
@@ -191,6 +195,7 @@ class Worker:
         if install_signals:
             self._install_signal_handlers()
         self.store.register_node(self._node_row())
+        self._renewer.start()
         self._monitor = threading.Thread(target=self._monitor_main, name="tickwork-monitor", daemon=True)
         self._monitor.start()
         self._recorder.start()
@@ -248,6 +253,7 @@ class Worker:
                 wakeup.clear()
                 continue
             claimed = 0
+            attempted_at: datetime | None = None
             if free > 0 and self.locks is not None and not self.locks.may_start():
                 wakeup.wait(self.app.poll_interval)  # redis_mode="required" and Redis is down
                 wakeup.clear()
@@ -273,7 +279,7 @@ class Worker:
                 tokens, refused = self._lock(claims)
                 for claim in claims:
                     if claim.execution_id not in refused:
-                        self._dispatch(claim, tokens.get(claim.execution_id))
+                        self._dispatch(claim, tokens.get(claim.execution_id), leased_at=started)
                 self._autoscale()  # with the slots just refilled: how busy the node really is
                 if refused and len(refused) == claimed:
                     # Redis down in required mode, or all locked by live nodes (left out of
@@ -284,7 +290,7 @@ class Worker:
                     continue  # every slot filled: more may be due
             else:
                 self._autoscale()
-            wakeup.wait(self._sleep_for(free - claimed))
+            wakeup.wait(self._sleep_for(free - claimed, attempted_at))
             wakeup.clear()
 
     def _locked_elsewhere_ids(self) -> list[int]:
@@ -348,14 +354,19 @@ class Worker:
         except Exception:
             log.warning("could not look for lost claims; their leases will expire", exc_info=True)
 
-    def _sleep_for(self, idle_slots: int) -> float:
-        """Until the next due task (capped by poll_interval); idle slots make it worth asking."""
+    def _sleep_for(self, idle_slots: int, claimed_at: datetime | None = None) -> float:
+        """Until the next due task (capped by poll_interval); idle slots make it worth asking.
+
+        A task that was already due when a claim that left slots idle was made was passed
+        over by that claim: another node is claiming it, or a session outside tickwork
+        holds its row locked. Asking again at once would only spin on it: wait for the
+        poll interval (new work, a NOTIFY or a finished run still wakes us)."""
         cap = self.app.poll_interval
         if idle_slots <= 0:
             return cap  # a finishing run wakes us
         try:
             due = self.store.next_due_at(self.names)
-            if due is None:
+            if due is None or (claimed_at is not None and due <= claimed_at):
                 return cap
             wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))
             if wait == 0.0 and self._locked_elsewhere:
@@ -367,11 +378,15 @@ class Worker:
             log.exception("next_due_at failed")
             return cap
 
-    def _dispatch(self, claim: Claim, lock_token: str | None = None) -> None:
+    def _dispatch(self, claim: Claim, lock_token: str | None = None, *, leased_at: float | None = None) -> None:
+        """Hand a claim to the run threads. ``leased_at`` (monotonic) is when the claim
+        was sent: its lease runs from no earlier, whatever the reply's delay."""
         definition = self.app.registry.get(claim.task.name)
         if definition is None:  # cannot happen: we only claim registered names
             raise RuntimeError(f"claimed unregistered task {claim.task.name!r}")
         run = Run(claim, definition)
+        if leased_at is not None:
+            run.renewed_at = leased_at
         if lock_token is not None and self.locks is not None:
             run.lock_token, run.lock_ttl = lock_token, self.locks.ttl_for(claim.task)
         with self._runs_lock:
@@ -504,12 +519,12 @@ class Worker:
             while not self._monitor_stop.is_set():
                 if time.monotonic() >= next_beat or self._beat_now.is_set():
                     self._beat_now.clear()
-                    self._heartbeat()
+                    self._ask_for_heartbeat()
                     next_beat = time.monotonic() + self.app.heartbeat
                 wait = next_beat - time.monotonic()
-                deadline = self._enforce_timeouts()
-                if deadline is not None:
-                    wait = min(wait, deadline - time.monotonic())
+                for deadline in (self._enforce_timeouts(), self._cancel_unrenewed()):
+                    if deadline is not None:
+                        wait = min(wait, deadline - time.monotonic())
                 self._monitor_wake.wait(max(0.0, wait))
                 self._monitor_wake.clear()
         except BaseException as exc:  # supervised: the poll loop stops the node
@@ -517,7 +532,32 @@ class Worker:
             self.app.wakeup.set()
             raise
 
+    def _ask_for_heartbeat(self) -> None:
+        """Start a heartbeat on the renewer's thread; say so, once, when the last one has
+        not come back for a while (the database stopped answering: a partition?)."""
+        stuck_for = self._renewer.request()
+        if stuck_for is None:
+            if self._renewal_stuck_since is not None:
+                log.warning(
+                    "node %s: the store answers again: leases renewed after %.1f s",
+                    self.node_id,
+                    time.monotonic() - self._renewal_stuck_since,
+                )
+                self._renewal_stuck_since = None
+            return
+        if self._renewal_stuck_since is None and stuck_for >= self.app.heartbeat:
+            self._renewal_stuck_since = time.monotonic() - stuck_for
+            log.warning(
+                "node %s: cannot renew leases: the store has not answered for %.1f s; runs not renewed "
+                "within %.0f s of their last renewal are stopped before their leases can pass to another node",
+                self.node_id,
+                stuck_for,
+                self.app.lease * LEASE_SAFETY,
+            )
+
     def _heartbeat(self) -> None:
+        """On the renewer's thread: renew every run's lease, extend their Redis locks,
+        and mark this node alive. A failure leaves the runs' last renewal as it was."""
         with self._runs_lock:
             runs = [r for r in self._runs.values() if not r.released]
         asked = time.monotonic()  # the lease runs from (at the latest) now, not from the reply
@@ -525,9 +565,10 @@ class Worker:
             renewals = self.store.renew(self.node_id, [(r.task_id, r.claim.fence) for r in runs], self.app.lease)
         except Exception:
             log.warning("renewing leases failed", exc_info=True)
-            kept = self._extend_locks([], runs)
-            self._cancel_unrenewed(runs, kept)
+            self._kept_locks = self._extend_locks([], runs)
+            self._monitor_wake.set()  # the monitor judges the unrenewed runs now
         else:
+            self._kept_locks = set()
             self._apply_renewals(runs, renewals, asked)
             renewed = {(r.task_id, r.fence) for r in renewals}
             self._extend_locks([r for r in runs if (r.task_id, r.claim.fence) in renewed], [])
@@ -567,15 +608,31 @@ class Worker:
                 run.request_cancel(CancelReason.LOCK_LOST)
         return kept
 
-    def _cancel_unrenewed(self, runs: list[Run], kept: set[int]) -> None:
+    def _cancel_unrenewed(self) -> float | None:
         """Runs whose lease this node could not renew stop before another node may take
-        them: at LEASE_SAFETY of the lease, or, while their Redis lock is still extended
-        (which the reconcilers count as a sign of life for one more lease), of two."""
+        them: at LEASE_SAFETY of the lease after their last renewal, or, while their
+        Redis lock is still extended (which the reconcilers count as a sign of life for
+        one more lease), of two. Judged on the monitor's thread from the time of the
+        last renewal alone, never waiting on the store; returns the next such deadline."""
+        now = time.monotonic()
+        earliest: float | None = None
+        kept = self._kept_locks
+        with self._runs_lock:
+            runs = [r for r in self._runs.values() if not (r.released or r.finished or r.cancel_reason)]
         for run in runs:
             leases = 2 if run.execution_id in kept else 1
-            if time.monotonic() - run.renewed_at > self.app.lease * leases * LEASE_SAFETY:
-                log.warning("task %s: lease could not be renewed in time; cancelling the run", run.task_id)
+            deadline = run.renewed_at + self.app.lease * leases * LEASE_SAFETY
+            if now > deadline:
+                log.warning(
+                    "task %s: lease not renewed for %.1f s (lease %.0f s); cancelling the run",
+                    run.task_id,
+                    now - run.renewed_at,
+                    self.app.lease,
+                )
                 run.request_cancel(CancelReason.LOST)
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        return earliest
 
     def _renew_one(self, run: Run) -> bool:
         asked = time.monotonic()
@@ -644,6 +701,7 @@ class Worker:
         self._monitor_wake.set()
         if self._monitor is not None:
             self._monitor.join(timeout=10)
+        self._renewer.stop()
         for thread in (self._listener, self._reconciler):
             if thread is not None:
                 thread.join(timeout=5)

@@ -46,6 +46,20 @@ _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 # Taken by every migrating process so that exactly one applies each migration.
 _MIGRATION_LOCK = 0x7469636B  # "tick"
 
+# How long a caller waits for a pooled connection before its operation fails (and is
+# retried by its caller): a claim, a renewal or a result never queues for half a minute.
+CONNECTION_WAIT_S = 5.0
+# How long the pool keeps re-trying a connection that broke before it gives up on it; a
+# later request then connects at once. Short, so that a node resumes within about a
+# second of the server answering again, rather than at the end of a growing back-off.
+RECONNECT_GIVE_UP_S = 1.0
+# SQLSTATE classes of errors that pass: connection trouble, transaction rollbacks
+# (deadlock, serialization), insufficient resources (a full disk), operator intervention
+# (shutdown, restart, crash recovery), a read-only server (a standby, or read-only mode),
+# a lock or statement timeout.
+_TRANSIENT_CLASSES = ("08", "40", "53", "57")
+_TRANSIENT_STATES = ("25006", "55P03", "57014")
+
 CONNECT_KWARGS: dict[str, Any] = {
     "connect_timeout": 10,
     "keepalives": 1,
@@ -160,6 +174,9 @@ class PostgresDialect:
         # single() statements commit themselves: connections that never toggle modes.
         self.autocommit_pool = self._pool(pool_size, autocommit=True)
         try:
+            # One direct connection first: a server that refuses is reported at once,
+            # not after the pools' patient retries.
+            psycopg.connect(self.url, **self.connect_kwargs).close()
             self.pool.open(wait=True, timeout=15)
             self.autocommit_pool.open(wait=True, timeout=15)
         except Exception as exc:
@@ -173,6 +190,8 @@ class PostgresDialect:
             max_size=size,
             kwargs={**self.connect_kwargs, "autocommit": autocommit},
             configure=self._configure,
+            timeout=CONNECTION_WAIT_S,
+            reconnect_timeout=RECONNECT_GIVE_UP_S,
             name="tickwork-autocommit" if autocommit else "tickwork",
             open=False,
         )
@@ -299,9 +318,12 @@ class PostgresDialect:
         return [int(i) for i in ids]
 
     def is_transient(self, exc: BaseException) -> bool:
-        # Connection and server-side availability errors (and pool timeouts, a subclass);
-        # deadlocks and serialization failures, which a retry resolves, too.
-        return isinstance(exc, (psycopg.OperationalError, psycopg.errors.TransactionRollback))
+        # Connection and server-side availability errors (and pool timeouts, a subclass),
+        # and every error that a later try can get past (see _TRANSIENT_CLASSES).
+        if isinstance(exc, (psycopg.OperationalError, psycopg.errors.TransactionRollback)):
+            return True
+        state = getattr(exc, "sqlstate", None) or ""
+        return state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_STATES
 
     def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
         """Call ``on_notify(payload)`` for each notification until ``stop`` is set.

@@ -39,16 +39,17 @@ SELECT * FROM claimed;
 
 -- name: claim_cas_batch
 -- Compare-and-set on version for a batch of candidates read without locks: a row
--- another node changed meanwhile no longer matches its version and is skipped. Rows
--- are locked in id order, so two nodes racing for overlapping batches wait for each
--- other instead of deadlocking; the version is re-checked once the lock is granted.
+-- another node changed meanwhile no longer matches its version and is skipped. A row
+-- locked by anyone else (a node claiming it right now, or a session of the user's
+-- holding it) is skipped too rather than waited for: waiting would stall the whole
+-- batch behind one row for as long as the lock is held.
 WITH candidate AS (
     SELECT * FROM unnest(:ids::bigint[], :versions::bigint[]) AS c(id, version)
 ), locked AS (
     SELECT t.id FROM tickwork_tasks t JOIN candidate c ON c.id = t.id
     WHERE t.version = c.version AND t.status = 'PENDING'
     ORDER BY t.id
-    FOR NO KEY UPDATE OF t
+    FOR NO KEY UPDATE OF t SKIP LOCKED
 ), claimed AS (
     UPDATE tickwork_tasks t
     SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,

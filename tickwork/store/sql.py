@@ -237,14 +237,29 @@ class SQLStore:
             if self.claim_strategy == "skip_locked":
                 rows = s.fetch_all("claim_skip_locked", params)
             else:
-                candidates = s.fetch_all("claim_candidates", params)
-                rows = self._compare_and_set(s, candidates, params) if candidates else []
+                rows = self._claim_optimistic(s, params, list(exclude))
             for row in rows:
                 task = self._decode_claimed(s, row)
                 if task is not None:
                     claims.append(Claim(task, int(row["execution_id"]), self._time(row["execution_scheduled_for"])))
         claims.sort(key=lambda c: (c.task.next_run_at, -c.task.priority, c.task.id))
         return claims
+
+    def _claim_optimistic(self, s: Session, params: dict[str, Any], exclude: list[int]) -> list[Row]:
+        """Read the due candidates, then compare-and-set them. When some were lost (to
+        another node, or skipped as locked by someone) and more may be due, read once
+        more without them: a row held elsewhere must not starve the rest of the queue."""
+        candidates = s.fetch_all("claim_candidates", params)
+        if not candidates:
+            return []
+        rows = self._compare_and_set(s, candidates, params)
+        if len(rows) < len(candidates) == params["limit"]:
+            won = {int(r["id"]) for r in rows}
+            lost = [int(c["id"]) for c in candidates if int(c["id"]) not in won]
+            again = {**params, "limit": params["limit"] - len(rows), "exclude": self.dialect.encode_ids(exclude + lost)}
+            if candidates := s.fetch_all("claim_candidates", again):
+                rows += self._compare_and_set(s, candidates, again)
+        return rows
 
     def _compare_and_set(self, s: Session, candidates: list[Row], params: dict[str, Any]) -> list[Row]:
         """Claim candidates whose version is unchanged: 0 rows for one means another
