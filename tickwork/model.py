@@ -136,13 +136,19 @@ class Task:
         return "once"
 
     def next_fire_times(self, count: int = 5) -> list[datetime]:
-        """The next ``count`` nominal slots, from ``scheduled_at`` on (empty if one-time)."""
-        from tickwork.schedules import next_fires, schedule_of
+        """The next ``count`` nominal slots, from ``scheduled_at`` on (empty if one-time),
+        by ``tickwork.fire_times``: interval slots on the grid of ``scheduled_at``."""
+        from tickwork.schedules import fire_times
 
-        schedule = schedule_of(self)
-        if schedule is None:
+        if count < 1 or (self.cron is None and self.interval is None):
             return []
-        return [self.scheduled_at, *next_fires(schedule, self.scheduled_at, count - 1)][:count]
+        if count == 1:
+            return [self.scheduled_at]
+        if self.cron is not None:
+            later = fire_times(cron=self.cron, timezone=self.timezone, after=self.scheduled_at, n=count - 1)
+        else:
+            later = fire_times(every=self.interval, anchor=self.scheduled_at, after=self.scheduled_at, n=count - 1)
+        return [self.scheduled_at, *later]
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)
