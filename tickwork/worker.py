@@ -60,7 +60,11 @@ INTERRUPT_LOG_EVERY_S = 5.0
 # this node's estimate of it may differ by a round trip.
 CLOCK_MARGIN = timedelta(seconds=1)
 # The longest pause between claim attempts while the store keeps failing.
-MAX_ERROR_PAUSE_S = 10.0
+MAX_ERROR_PAUSE_S = 1.0
+"""Longest pause between failing claims: a node resumes within about this much of the
+store answering again (each failing try is one connection attempt, cheap for a server)."""
+FAILURE_LOG_EVERY = 30
+"""While claims keep failing, one log line per this many failures after the first."""
 # How often an autoscaling node looks at the queue.
 AUTOSCALE_EVERY_S = 1.0
 # A run whose lease could not be renewed for this fraction of the lease cancels itself
@@ -236,7 +240,7 @@ class Worker:
 
     def _poll_loop(self) -> None:
         wakeup = self.app.wakeup
-        failures = 0
+        failures, failing_since = 0, 0.0
         while not self._stopping.is_set():
             if self._monitor_failed is not None:
                 raise RuntimeError("monitor thread died; stopping the node") from self._monitor_failed
@@ -271,9 +275,17 @@ class Worker:
                     self._give_back_lost_claims(attempted_at - CLOCK_MARGIN)
                     failures += 1
                     pause = min(self.app.poll_interval * failures, MAX_ERROR_PAUSE_S)
-                    log.exception("claim failed (%d in a row); next try in %.1f s", failures, pause)
+                    if failures == 1:
+                        failing_since = time.monotonic()
+                        log.exception(
+                            "claim failed; retrying until the store answers (every %.0f s at most)", MAX_ERROR_PAUSE_S
+                        )
+                    elif failures % FAILURE_LOG_EVERY == 0:
+                        log.warning("claims still failing (%d in a row, %.0f s)", failures, started - failing_since)
                     self._stopping.wait(pause)
                     continue
+                if failures:
+                    log.warning("claims work again after %.1f s (%d failed)", started - failing_since, failures)
                 failures = 0
                 claimed = len(claims)
                 tokens, refused = self._lock(claims)
@@ -351,8 +363,8 @@ class Worker:
             if lost:
                 released = self.store.release(self.node_id, lost)
                 log.warning("gave back %d claims whose confirmation was lost", released)
-        except Exception:
-            log.warning("could not look for lost claims; their leases will expire", exc_info=True)
+        except Exception as exc:
+            log.warning("could not look for lost claims (%s); their leases will expire", type(exc).__name__)
 
     def _sleep_for(self, idle_slots: int, claimed_at: datetime | None = None) -> float:
         """Until the next due task (capped by poll_interval); idle slots make it worth asking.
