@@ -9,6 +9,8 @@ from zoneinfo import ZoneInfo, _zoneinfo
 
 import pytest
 
+from tickwork import fire_times
+from tickwork.cron import CronSchedule
 from tickwork.zones import SAMPLE_SECONDS, segment_at, year_changes
 
 ZONES = [
@@ -84,3 +86,22 @@ def test_a_zone_without_changes_has_long_artificial_segments() -> None:
 def test_segments_at_the_ends_of_time(when: datetime) -> None:
     segment = segment_at(ZoneInfo("Pacific/Kiritimati"), when)
     assert segment.start <= segment.end
+
+
+@pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Etc/GMT+12", "Pacific/Apia", "UTC"])
+@pytest.mark.parametrize(
+    "when",
+    [
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(2, 1, 1, tzinfo=UTC),
+        datetime(9998, 12, 31, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, tzinfo=UTC),
+    ],
+)
+def test_cron_at_the_ends_of_time_answers_without_overflowing(zone: str, when: datetime) -> None:
+    schedule = CronSchedule("30 2 * * *", zone)
+    following = schedule.first_after(when)
+    assert following is None or following > when
+    previous = schedule.last_at_or_before(when)
+    assert previous is None or previous <= when
+    assert all(t > when for t in fire_times(cron="* * * * *", timezone=zone, after=when, n=3))

@@ -96,7 +96,7 @@ class CronSchedule:
 
     def first_after(self, after: datetime) -> datetime | None:
         """The first fire time strictly after ``after``, or None (none before year 9999)."""
-        after = after.astimezone(UTC)
+        after = max(after.astimezone(UTC), FIRST_INSTANT - _ONE_MICROSECOND)  # local times stay in range
         if after >= LAST_INSTANT:
             return None
         segment = self._segment_at(max(after, FIRST_INSTANT))
@@ -108,10 +108,10 @@ class CronSchedule:
 
     def last_at_or_before(self, when: datetime) -> datetime | None:
         """The latest fire time at or before ``when``, or None (none since year 2)."""
-        when = when.astimezone(UTC)
+        when = min(when.astimezone(UTC), LAST_INSTANT - _ONE_MICROSECOND)  # local times stay in range
         if when < FIRST_INSTANT:
             return None
-        segment = self._segment_at(min(when, LAST_INSTANT - _ONE_MICROSECOND))
+        segment = self._segment_at(when)
         while True:
             found = self._last_in(segment, when)
             if found is not None or segment.start <= FIRST_INSTANT:
