@@ -154,3 +154,46 @@ def test_db_upgrade_and_listing_on_postgresql(run, pg_url: str) -> None:  # type
     assert "schema at version 4" in run("--db", pg_url, "db", "upgrade")
     run("--db", pg_url, "schedule", APP, "test.record", "--delay", "3600")
     assert "test.record" in run("--db", pg_url, "tasks", "list")
+
+
+BAD_APPS = [
+    "../x:app",
+    ".:app",
+    "..:app",
+    ".x:app",
+    "x/y:app",
+    "tests/apps/basic.py:app",
+    "tests.apps.basic:",
+    ":app",
+    "tests.apps.basic:app()",
+    "tests.apps.basic:registry",
+    "tests.apps.nosuch:app",
+    "tests.apps.broken:app",
+    "a" * 5000 + ":app",
+]
+
+
+@pytest.mark.parametrize("spec", BAD_APPS)
+def test_every_command_refuses_a_bad_app_in_one_line(run, spec: str) -> None:  # type: ignore[no-untyped-def]
+    for command in (
+        ["schedule", spec, "test.record"],
+        ["worker", spec],
+        ["serve", spec],
+        ["--app", spec, "tasks", "list"],
+        ["--app", spec, "stats"],
+    ):
+        out = run(*command, ok=False)
+        assert out.startswith("Error: APP=") and "Traceback" not in out, (command, out)
+        assert len(out.strip().splitlines()) == 1 and len(out) < 500, (command, out)
+    if spec == "tests.apps.broken:app":
+        assert "RuntimeError: this module is broken on purpose" in out
+
+
+@pytest.mark.parametrize("option", ["--kwargs", "--args"])
+@pytest.mark.parametrize("depth", [150, 990, 10_000, 100_000])
+def test_deeply_nested_json_options_are_one_line_errors(run, option: str, depth: int) -> None:  # type: ignore[no-untyped-def]
+    field = option.removeprefix("--")
+    text = '{"a": ' * depth + "1" + "}" * depth if field == "kwargs" else "[" * depth + "]" * depth
+    out = run("schedule", APP, "test.record", option, text, ok=False)
+    assert out.startswith(f"Error: {field}") and "Traceback" not in out and len(out.strip().splitlines()) == 1
+    assert "nested" in out

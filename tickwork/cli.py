@@ -19,44 +19,98 @@ from rich.console import Console
 from rich.table import Table
 
 from tickwork.app import App
+from tickwork.codec import MAX_DEPTH
 from tickwork.cron import CronSchedule
 from tickwork.errors import InvalidInput, TickworkError
 from tickwork.metrics import serve_metrics, watch_queue
 from tickwork.model import Execution, Status
+from tickwork.redact import REDACTOR
 from tickwork.schedules import fire_times
 from tickwork.store.sqlite import path_from_url
 from tickwork.urls import masked
 
 console = Console()
+log = logging.getLogger("tickwork.cli")
 R = TypeVar("R")
 
 
+class BadApp(click.ClickException):
+    """APP cannot be loaded: a usage error (exit 2), told in one line."""
+
+    exit_code = 2
+
+
+def _shown(value: str, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def load_app(spec: str) -> App:
-    """Import ``module:attribute`` (like uvicorn and celery) from the working directory."""
+    """Import ``module:attribute`` (like uvicorn and celery) from the working directory.
+
+    The module is a dotted path of names (no relative import such as ``.`` or
+    ``../x``: the working directory is on the path instead); the attribute may be dotted.
+    Anything wrong is a one-line error naming APP."""
+    shown = _shown(spec)
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise click.BadParameter(f"APP={spec!r}: expected module:attribute, e.g. myproject.tasks:app")
+        raise BadApp(f"APP={shown}: expected module:attribute, e.g. myproject.tasks:app")
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise BadApp(
+            f"APP={shown}: {_shown(module_name, 60)} is not a module path: dotted names such as "
+            "myproject.tasks, imported from the working directory (no '.', '..' or file paths)"
+        )
+    if not all(part.isidentifier() for part in attribute.split(".")):
+        raise BadApp(f"APP={shown}: {_shown(attribute, 60)} is not an attribute name")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    module_shown = _shown(module_name, 60)
     try:
-        module = importlib.import_module(module_name)
+        found: object = importlib.import_module(module_name)
     except ImportError as exc:
-        raise click.BadParameter(f"APP={spec!r}: cannot import {module_name!r}: {exc}") from exc
-    app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise click.BadParameter(f"APP={spec!r}: {attribute!r} is not a tickwork App")
-    return app
+        raise BadApp(f"APP={shown}: cannot import {module_shown}: {_first_line(str(exc), 120)}") from exc
+    except Exception as exc:  # the module itself failed: say how, in one line
+        log.debug("importing %s failed", module_name, exc_info=True)
+        raise BadApp(
+            f"APP={shown}: importing {module_shown} failed: {type(exc).__name__}: {_first_line(str(exc), 120)} "
+            "(-vv shows the traceback)"
+        ) from exc
+    for part in attribute.split("."):
+        found = getattr(found, part, None)
+    if not isinstance(found, App):
+        raise BadApp(f"APP={shown}: {_shown(attribute, 60)} is not a tickwork App")
+    protect(found)
+    return found
+
+
+def protect(app: App) -> None:
+    """Mask ``app``'s database and Redis passwords in everything logged from now on."""
+    REDACTOR.add_url(app.url)
+    REDACTOR.add_url(app.redis_url)
 
 
 def errors_as_messages(func: Callable[..., R]) -> Callable[..., R]:
-    """Show tickwork errors as one-line messages (exit 1), not tracebacks."""
+    """Show errors as one-line messages (exit 1), not tracebacks, with every secret the
+    process knows masked. An error that is not tickwork's own (a driver's, say, about a
+    malformed URL) is named by its type; -vv logs its traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> R:
         try:
             return func(*args, **kwargs)
         except TickworkError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(REDACTOR.scrub(str(exc))) from exc
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            log.debug("unexpected error", exc_info=True)
+            message = _first_line(REDACTOR.scrub(str(exc)))
+            raise click.ClickException(f"{type(exc).__name__}: {message} (-vv shows the traceback)") from exc
 
     return wrapper
 
@@ -68,6 +122,7 @@ def client(ctx: click.Context, *, create: bool = False) -> App:
     """
     obj = ctx.find_root().obj
     app = load_app(obj["app_spec"]) if obj.get("app_spec") else App(obj.get("db"))
+    protect(app)
     if not create and app.url.startswith("sqlite:"):
         path = Path(path_from_url(app.url))
         if not path.exists():
@@ -86,6 +141,9 @@ def main(ctx: click.Context, db: str | None, app_spec: str | None, verbose: int)
     """tickwork: a persistent, distributed task scheduler."""
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    REDACTOR.add_url(db or os.environ.get("TICKWORK_DB"))
+    REDACTOR.add_secrets([os.environ.get("TICKWORK_API_TOKEN")])
+    REDACTOR.install()
     if db:
         os.environ["TICKWORK_DB"] = db  # an App() without an explicit URL reads it
     ctx.obj = {"db": db, "app_spec": app_spec}
@@ -399,6 +457,8 @@ def _json(field: str, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidInput(field, text, f"not valid JSON: {exc.msg}") from exc
+    except RecursionError as exc:
+        raise InvalidInput(field, text, f"nested too deeply (at most {MAX_DEPTH} levels)") from exc
 
 
 def _datetime(field: str, text: str | None) -> datetime | None:
