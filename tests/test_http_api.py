@@ -4,6 +4,7 @@ in user-supplied text rendered as text."""
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -613,3 +614,111 @@ def test_odd_digits_and_out_of_range_times_are_refused_not_500(api: Any) -> None
     # A superscript two and an Arabic-Indic one: str.isdigit() accepts both.
     for path in ("/tasks/\u00b2", "/tasks?offset=\u00b2", "/tasks/\u0661"):
         assert api.get(path).status_code < 500, path
+
+
+# -- strict input types --------------------------------------------------------------------
+
+NUMERIC_FIELDS = [
+    "delay",
+    "every",
+    "misfire_grace",
+    "jitter",
+    "timeout",
+    "retry_backoff",
+    "max_retries",
+    "priority",
+    "max_catchup",
+]
+
+
+@pytest.mark.parametrize("field", NUMERIC_FIELDS)
+def test_booleans_and_strings_are_not_numbers(api: Any, web_app: App, field: str) -> None:
+    """``"every": true`` would schedule a task every second: no number field takes a
+    boolean (or a string of digits)."""
+    for value in (True, False, "5"):
+        refused = problem(api.post(f"{V1}/tasks", json={"name": "web.ok", field: value}, headers=AUTH), 422, field)
+        assert f"{field}={json.dumps(value)}:" in refused["message"]
+        if isinstance(value, bool):
+            assert refused["reason"] == "must be a number, not a boolean"
+    assert web_app.tasks() == []
+
+
+def test_whole_numbers_stay_numbers_of_seconds(api: Any) -> None:
+    assert schedule(api, every=60, jitter=0, misfire_grace=30.5)["interval"] == 60
+    problem(api.post(f"{V1}/tasks", json={"name": "web.ok", "max_retries": 1.5}, headers=AUTH), 422, "max_retries")
+
+
+@pytest.mark.parametrize(
+    "at",
+    [253402300800, "253402300800", 1.5, True, "2030-01-01", "09:00", "2030-02-30T09:00:00Z", "soon", ""],
+)
+def test_at_is_iso_text_never_a_number(api: Any, web_app: App, at: Any) -> None:
+    """A number for ``at`` was read as milliseconds (253402300800 landed in 1978)."""
+    refused = problem(api.post(f"{V1}/tasks", json={"name": "web.ok", "at": at}, headers=AUTH), 422, "at")
+    assert "ISO 8601" in refused["reason"] or "not a valid time" in refused["reason"]
+    assert web_app.tasks() == []
+
+
+def test_backfill_bounds_are_iso_text(api: Any) -> None:
+    recurring = schedule(api, every=60)
+    for body, field in [
+        ({"start": 0, "end": "2030-01-01T00:00Z"}, "start"),
+        ({"start": "2030-01-01T00:00Z", "end": True}, "end"),
+    ]:
+        problem(api.post(f"{V1}/tasks/{recurring['id']}/backfill", json=body, headers=AUTH), 422, field)
+
+
+def test_query_numbers_refuse_booleans(api: Any) -> None:
+    for name in ("limit", "offset"):
+        problem(api.get(f"{V1}/tasks", params={name: "true"}, headers=AUTH), 422, name)
+    problem(api.get(f"{V1}/executions", params={"limit": "false"}, headers=AUTH), 422, "limit")
+
+
+# -- credentials in URLs ---------------------------------------------------------------------
+
+SECRET_PARAMS = ["token", "access_token", "api_key", "apikey", "api-key", "key", "password", "secret", "auth", "Auth"]
+
+
+@pytest.mark.parametrize("param", SECRET_PARAMS)
+def test_a_credential_in_the_query_string_is_never_echoed(api: Any, param: str) -> None:
+    secret = "qs-S3cret-value"
+    for path in (f"{V1}/tasks", f"{V1}/stats", f"{V1}/tasks/1/cancel"):
+        method = "POST" if path.endswith("cancel") else "GET"
+        answer = api.request(method, path, params={param: secret}, headers=AUTH)
+        refused = problem(answer, 422, param)
+        assert secret not in answer.text and "Authorization: Bearer" in refused["reason"]
+
+
+def test_a_plain_unknown_parameter_is_still_shown(api: Any) -> None:
+    refused = problem(api.get(f"{V1}/tasks", params={"stauts": "FAILED"}, headers=AUTH), 422, "stauts")
+    assert "'FAILED'" in refused["message"]
+
+
+def test_query_credentials_are_masked_in_any_logged_text() -> None:
+    from tickwork.redact import mask_query, secret_name
+
+    line = '127.0.0.1:5 - "GET /api/v1/tasks?limit=5&access_token=abc123&X-Api-Key=k&next=/x HTTP/1.1" 422'
+    assert mask_query(line) == (
+        '127.0.0.1:5 - "GET /api/v1/tasks?limit=5&access_token=***&X-Api-Key=***&next=/x HTTP/1.1" 422'
+    )
+    assert all(secret_name(p) for p in SECRET_PARAMS) and not any(secret_name(p) for p in ("limit", "q", "status"))
+
+
+# -- host names --------------------------------------------------------------------------------
+
+
+def test_a_foreign_host_is_refused_in_the_json_error_shape_with_the_security_headers(web_app: App) -> None:
+    from fastapi.testclient import TestClient
+
+    server = create_app(web_app, token=TOKEN, public_read=True, allowed_hosts=["localhost", "127.0.0.1", "[::1]"])
+    with TestClient(server, base_url="http://127.0.0.1:8000") as client:
+        normal = client.get(f"{V1}/tasks")
+        for host in ("evil.example", "evil.example:8000", "127.0.0.1.evil.example", ""):
+            refused = client.get(f"{V1}/tasks", headers={"Host": host})
+            body = problem(refused, 400, "Host")
+            assert body["error"] == "invalid_host" and refused.headers["content-type"] == "application/json"
+            for header in ("x-content-type-options", "referrer-policy", "x-frame-options"):
+                assert refused.headers[header] == normal.headers[header], header
+            assert "evil" not in refused.text
+        for host in ("[::1]:8000", "LOCALHOST:8000", "127.0.0.1"):
+            assert client.get(f"{V1}/tasks", headers={"Host": host}).status_code == 200, host

@@ -16,6 +16,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from tickwork.app import App
 from tickwork.errors import InvalidInput
 from tickwork.model import ExecutionStatus, Status, Task
+from tickwork.redact import secret_name
+from tickwork.urls import MASK
 from tickwork.web.auth import Auth
 from tickwork.web.errors import Unauthorized, responses
 from tickwork.web.listing import find_tasks
@@ -75,6 +77,14 @@ async def known_query(request: Request) -> None:
     for name in request.query_params:
         if name not in allowed:
             choices = ", ".join(sorted(allowed)) or "none"
+            if secret_name(name):
+                # Never echo what looks like a credential (nor log it: see tickwork.redact).
+                raise InvalidInput(
+                    name,
+                    MASK,
+                    "credentials are not taken from the URL (it is logged and kept in histories): "
+                    "send the header 'Authorization: Bearer <TICKWORK_API_TOKEN>'",
+                )
             raise InvalidInput(
                 name, request.query_params[name], f"unknown query parameter (this route takes: {choices})"
             )

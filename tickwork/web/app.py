@@ -15,13 +15,12 @@ from pathlib import Path
 import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from tickwork.app import App
 from tickwork.metrics import watch_queue
 from tickwork.web import api, dashboard, errors, probes
 from tickwork.web.auth import Auth
-from tickwork.web.middleware import BodyLimit, SecurityHeaders
+from tickwork.web.middleware import AllowedHosts, BodyLimit, SecurityHeaders
 from tickwork.web.node import BackgroundWorker
 
 STATIC = Path(__file__).parent / "static"
@@ -79,9 +78,9 @@ def create_app(
     # Room for max_payload bytes of arguments however they are spelled (escapes, spaces):
     # the App then checks the arguments' own encoded size exactly.
     server.add_middleware(BodyLimit, limit=max(MIN_BODY_LIMIT, 4 * app.max_payload))
-    server.add_middleware(SecurityHeaders)
     if allowed_hosts is not None:
-        server.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
+        server.add_middleware(AllowedHosts, hosts=list(allowed_hosts))
+    server.add_middleware(SecurityHeaders)  # the last added is outermost: on every answer
     return server
 
 

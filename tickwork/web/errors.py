@@ -10,6 +10,7 @@ a bug, logged with its traceback and answered 500 without details.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -96,8 +97,9 @@ def install(api: FastAPI, is_transient: Callable[[BaseException], bool]) -> None
 
     async def request_invalid(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        field, reason = _first_problem(exc)
-        return error_response(422, "invalid_input", f"{field}: {reason}", field=field, reason=reason)
+        field, reason, shown = _first_problem(exc)
+        message = f"{field}={shown}: {reason}" if shown is not None else f"{field}: {reason}"
+        return error_response(422, "invalid_input", message, field=field, reason=reason)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -125,19 +127,37 @@ def install(api: FastAPI, is_transient: Callable[[BaseException], bool]) -> None
     api.add_exception_handler(Exception, internal)
 
 
-def _first_problem(exc: RequestValidationError) -> tuple[str, str]:
-    """The field and reason of the first validation error, named as the client sent it
-    (``kwargs``, ``limit``, ``at``), not by pydantic's location tuple."""
+NUMBER_ERRORS = {"float_type", "int_type", "int_parsing", "float_parsing", "int_from_float"}
+
+
+def _first_problem(exc: RequestValidationError) -> tuple[str, str, str | None]:
+    """The field, reason and shown value of the first validation error, named as the
+    client sent it (``kwargs``, ``limit``, ``at``), not by pydantic's location tuple."""
     errors = exc.errors()
     if not errors:
-        return "request", "invalid request"
+        return "request", "invalid request", None
     first = errors[0]
-    if first.get("type") == "json_invalid":
-        return "body", f"not valid JSON: {first.get('msg', '')}"
+    kind = first.get("type")
+    if kind == "json_invalid":
+        return "body", f"not valid JSON: {first.get('msg', '')}", None
     location = list(first.get("loc", ()))
     if location and location[0] in ("body", "query", "path", "header", "cookie"):
         location = location[1:]
     field = ""
     for part in location:
         field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
-    return field or "body", str(first.get("msg", "invalid"))
+    reason = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    value = first.get("input")
+    if isinstance(value, bool) and kind in NUMBER_ERRORS:
+        reason = "must be a number, not a boolean"
+    shown = None if kind == "missing" or not location else _shown(value)
+    return field or "body", reason, shown
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A value as the client wrote it (JSON), cut to ``limit`` characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

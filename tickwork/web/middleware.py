@@ -1,15 +1,17 @@
-"""Two ASGI middlewares every answer goes through: a cap on request bodies, and the
-security headers of the dashboard.
+"""The ASGI middlewares every answer goes through: a cap on request bodies, the
+security headers of the dashboard and, with open reads, the server's own host names.
 
 The cap turns a huge upload into a 413 before it is read into memory (the App's own
 ``max_payload`` check then judges the arguments exactly). The headers keep the
 dashboard's pages from running any script or style that is not its own file
-(Content-Security-Policy), from being framed, and from leaking URLs in referrers.
+(Content-Security-Policy), from being framed, and from leaking URLs in referrers. A
+request addressed to another name is refused in the JSON error shape of every answer.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
@@ -74,22 +76,61 @@ class BodyLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps(
-            {
-                "error": "payload_too_large",
-                "message": f"request body exceeds {self.limit} bytes",
-                "field": "body",
-                "reason": f"must be at most {self.limit} bytes",
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
+        message = f"request body exceeds {self.limit} bytes"
+        reason = f"must be at most {self.limit} bytes"
+        await send_json(send, 413, error_body("payload_too_large", message, "body", reason))
+
+
+def error_body(error: str, message: str, field: str | None = None, reason: str | None = None) -> bytes:
+    """An ``ErrorOut`` answer, for the middlewares that answer before any route."""
+    return json.dumps({"error": error, "message": message, "field": field, "reason": reason}).encode()
+
+
+async def send_json(send: Send, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def host_name(header: str) -> str:
+    """The name part of a Host header, without the port: ``[::1]:8000`` is ``[::1]``."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        end = header.find("]")
+        return header[: end + 1] if end > 0 else header
+    return header.partition(":")[0]
+
+
+class AllowedHosts:
+    """Answer only requests whose Host header names this server (400 otherwise, as an
+    ``ErrorOut`` with the security headers of every answer): with reads open, a page on
+    another site could otherwise read them through DNS rebinding to 127.0.0.1."""
+
+    def __init__(self, app: ASGIApp, hosts: Sequence[str]) -> None:
+        self.app = app
+        self.hosts = frozenset(h.lower() for h in hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        header = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), "")
+        if host_name(header) in self.hosts:
+            await self.app(scope, receive, send)
+            return
+        names = ", ".join(sorted(self.hosts))
+        body = error_body(
+            "invalid_host",
+            f"this server answers only requests addressed to its own names ({names})",
+            field="Host",
+            reason="not a name of this server",
         )
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 400, body)
 
 
 class SecurityHeaders:

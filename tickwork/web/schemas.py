@@ -6,10 +6,11 @@ Field names are those of DESIGN.md §1 and of ``App.schedule()``; times are ISO 
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt
 
 from tickwork.model import ExecutionStatus, Kind, Misfire, OnLost, Overlap, Status
 
@@ -32,6 +33,29 @@ Text = Annotated[str, AfterValidator(plain_text)]
 MAX_ID = 2**63 - 1
 
 
+_ISO_DATETIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)?", re.IGNORECASE)
+
+
+def iso_text(value: Any) -> datetime:
+    """A time is ISO 8601 text (date, time and offset), parsed here: a number, or digits
+    in a string, would otherwise be read as seconds or milliseconds since the epoch
+    depending on their size (253402300800 would land in 1978)."""
+    if not isinstance(value, str) or not _ISO_DATETIME.fullmatch(value):
+        raise ValueError("must be ISO 8601 text with a date, a time and an offset, e.g. 2030-01-01T09:00:00+01:00")
+    try:
+        return datetime.fromisoformat(value.upper())
+    except ValueError as exc:  # 2030-02-30, 25:00
+        raise ValueError(f"not a valid time: {exc}") from None
+
+
+Seconds = StrictFloat
+"""A number of seconds: a JSON number (integer or not), never a boolean or a string."""
+Count = StrictInt
+"""A whole number: never a boolean, a fraction or a string."""
+Moment = Annotated[datetime, BeforeValidator(iso_text)]
+"""An ISO 8601 time with an offset, as text."""
+
+
 class ErrorOut(BaseModel):
     """Every error answer: what went wrong, and for invalid input, which field and why."""
 
@@ -50,20 +74,22 @@ class ScheduleIn(BaseModel):
     name: Annotated[Text, Field(min_length=1, max_length=300, examples=["reports.daily"])]
     args: list[Any] | None = None
     kwargs: dict[str, Any] | None = None
-    delay: float | None = Field(None, description="Seconds from now.")
-    at: datetime | None = Field(None, description="ISO 8601 with an offset, e.g. 2030-01-01T09:00:00+01:00.")
+    delay: Seconds | None = Field(None, description="Seconds from now.")
+    at: Moment | None = Field(
+        None, description="ISO 8601 text with an offset, e.g. 2030-01-01T09:00:00+01:00 (never a number)."
+    )
     cron: Annotated[Text, Field(max_length=200, examples=["0 9 * * 1-5"])] | None = None
     timezone: Annotated[Text, Field(max_length=64)] = "UTC"
-    every: float | None = Field(None, description="Interval in seconds.")
+    every: Seconds | None = Field(None, description="Interval in seconds.")
     key: Annotated[Text, Field(max_length=300)] | None = Field(None, description="Idempotency key.")
     misfire: Misfire | None = None
-    misfire_grace: float | None = None
-    jitter: float | None = None
-    timeout: float | None = None
-    max_retries: int | None = None
-    retry_backoff: float | None = None
-    priority: int | None = None
-    max_catchup: int | None = None
+    misfire_grace: Seconds | None = None
+    jitter: Seconds | None = None
+    timeout: Seconds | None = None
+    max_retries: Count | None = None
+    retry_backoff: Seconds | None = None
+    priority: Count | None = None
+    max_catchup: Count | None = None
     overlap: Overlap | None = None
 
 
@@ -72,8 +98,8 @@ class BackfillIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    start: datetime
-    end: datetime
+    start: Moment
+    end: Moment
 
 
 class TaskOut(BaseModel):
