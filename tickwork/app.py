@@ -7,15 +7,15 @@ the field and value and leaves nothing behind.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import secrets
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
+from tickwork import validate
 from tickwork.clock import Clock, utcnow
 from tickwork.codec import check_json, dumps
 from tickwork.cron import CronSchedule, parse_timezone
@@ -25,7 +25,7 @@ from tickwork.locks import RedisLocks
 from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Stats, Status, Task
 from tickwork.node_locks import NodeLocks, RedisMode
 from tickwork.registry import Isolation, Registry, TaskOptions
-from tickwork.schedules import IntervalSchedule, decide, first_slot_from, jitter_offset, require_aware, schedule_of
+from tickwork.schedules import IntervalSchedule, decide, first_slot_from, jitter_offset, schedule_of
 from tickwork.store import NewTask, Skipping, Store, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,14 +33,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_URL = "sqlite:///tickwork.db"
 DEFAULT_MAX_PAYLOAD = 64 * 1024
 RESUME_ATTEMPTS = 3
-MAX_INT32 = 2**31 - 1
-MAX_INT64 = 2**63 - 1
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 MAX_BACKFILL = 10_000
 """Most slots one backfill call schedules."""
-MAX_SPAN_S = 100 * 366 * 86400.0
-"""Longest delay or interval accepted: beyond it dates leave the calendar's range."""
 
 
 class App:
@@ -70,13 +64,13 @@ class App:
             raise InvalidInput("url", url, "must be a database URL such as sqlite:///tickwork.db")
         self._url = url
         self._opened_url: str | None = None
-        self.lease = _positive("lease", lease)
-        self.heartbeat = _positive("heartbeat", heartbeat)
+        self.lease = validate.positive("lease", lease)
+        self.heartbeat = validate.positive("heartbeat", heartbeat)
         if self.heartbeat >= self.lease:
             raise InvalidInput("heartbeat", heartbeat, f"must be shorter than the lease ({lease} s)")
-        self.poll_interval = _positive("poll_interval", poll_interval)
-        self.misfire_grace = _non_negative("misfire_grace", misfire_grace)
-        self.shutdown_grace = _non_negative("shutdown_grace", shutdown_grace)
+        self.poll_interval = validate.positive("poll_interval", poll_interval)
+        self.misfire_grace = validate.non_negative("misfire_grace", misfire_grace)
+        self.shutdown_grace = validate.non_negative("shutdown_grace", shutdown_grace)
         if claim not in (None, "skip_locked", "optimistic"):
             raise InvalidInput("claim", claim, "must be 'skip_locked' or 'optimistic'")
         if claim == "skip_locked" and self.url.startswith("sqlite:"):
@@ -105,7 +99,7 @@ class App:
             self.redis_mode = RedisMode(redis_mode)
         except ValueError as exc:
             raise InvalidInput("redis_mode", redis_mode, "must be 'best_effort' or 'required'") from exc
-        self.lock_ttl = _optional_positive("lock_ttl", lock_ttl)
+        self.lock_ttl = validate.optional_positive("lock_ttl", lock_ttl)
         if self.lock_ttl is not None and self.lock_ttl < self.lease:
             raise InvalidInput("lock_ttl", lock_ttl, f"must be at least the lease ({lease} s): heartbeats extend it")
         self.wakeup = threading.Event()
@@ -212,19 +206,19 @@ class App:
         it, any node's reconciler ends the run TIMED_OUT.
         """
         options = TaskOptions(
-            timeout=_optional_positive("timeout", timeout),
-            max_retries=_retries(max_retries),
-            retry_backoff=_positive("retry_backoff", retry_backoff),
-            misfire=_misfire(misfire),
-            misfire_grace=None if misfire_grace is None else _non_negative("misfire_grace", misfire_grace),
-            jitter=_non_negative("jitter", jitter),
-            priority=_integer("priority", priority),
-            max_catchup=_max_catchup(max_catchup),
-            overlap=_overlap(overlap),
-            on_lost=_on_lost(on_lost),
-            max_runtime=_optional_positive("max_runtime", max_runtime),
-            isolation=_isolation(isolation),
-            kill_grace=_non_negative("kill_grace", kill_grace),
+            timeout=validate.optional_positive("timeout", timeout),
+            max_retries=validate.retries(max_retries),
+            retry_backoff=validate.positive("retry_backoff", retry_backoff),
+            misfire=validate.misfire(misfire),
+            misfire_grace=None if misfire_grace is None else validate.non_negative("misfire_grace", misfire_grace),
+            jitter=validate.non_negative("jitter", jitter),
+            priority=validate.integer("priority", priority),
+            max_catchup=validate.max_catchup(max_catchup),
+            overlap=validate.overlap(overlap),
+            on_lost=validate.on_lost(on_lost),
+            max_runtime=validate.optional_positive("max_runtime", max_runtime),
+            isolation=validate.isolation(isolation),
+            kill_grace=validate.non_negative("kill_grace", kill_grace),
         )
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -337,12 +331,12 @@ class App:
         if timezone != "UTC" and cron is None:
             raise InvalidInput("timezone", timezone, "only applies to cron schedules")
         # Everything that can be refused is checked before the store is touched.
-        delay_s = None if delay is None else _seconds("delay", delay, allow_zero=True)
-        at_utc = None if at is None else _moment("at", at)
+        delay_s = None if delay is None else validate.seconds("delay", delay, allow_zero=True)
+        at_utc = None if at is None else validate.moment("at", at)
         cron_schedule = None if cron is None else CronSchedule(cron, timezone)
         interval: float | None = None
         if every is not None:
-            interval = _seconds("every", every, allow_zero=False)
+            interval = validate.seconds("every", every, allow_zero=False)
             IntervalSchedule(interval)
         now = self.store.approximate_now()
         start = now if at_utc is None else at_utc
@@ -360,7 +354,7 @@ class App:
             scheduled_at = start
         options = definition.options
         default_misfire = Misfire.SINGLE_CATCHUP if kind is Kind.RECURRING else Misfire.CATCHUP
-        jitter_s = options.jitter if jitter is None else _non_negative("jitter", jitter)
+        jitter_s = options.jitter if jitter is None else validate.non_negative("jitter", jitter)
         if key is not None and (not isinstance(key, str) or not key):
             raise InvalidInput("key", key, "must be a non-empty string")
         return NewTask(
@@ -374,21 +368,23 @@ class App:
             cron=cron.strip() if cron is not None else None,
             timezone=timezone,
             interval=interval,
-            misfire=_misfire(misfire) or options.misfire or default_misfire,
+            misfire=validate.misfire(misfire) or options.misfire or default_misfire,
             misfire_grace=(
-                _non_negative("misfire_grace", misfire_grace)
+                validate.non_negative("misfire_grace", misfire_grace)
                 if misfire_grace is not None
                 else options.misfire_grace
                 if options.misfire_grace is not None
                 else self.misfire_grace
             ),
             jitter=jitter_s,
-            timeout=options.timeout if timeout is None else _optional_positive("timeout", timeout),
-            max_retries=options.max_retries if max_retries is None else _retries(max_retries),
-            retry_backoff=options.retry_backoff if retry_backoff is None else _positive("retry_backoff", retry_backoff),
-            priority=options.priority if priority is None else _integer("priority", priority),
-            max_catchup=options.max_catchup if max_catchup is None else _max_catchup(max_catchup),
-            overlap=options.overlap if overlap is None else _overlap(overlap),
+            timeout=options.timeout if timeout is None else validate.optional_positive("timeout", timeout),
+            max_retries=options.max_retries if max_retries is None else validate.retries(max_retries),
+            retry_backoff=options.retry_backoff
+            if retry_backoff is None
+            else validate.positive("retry_backoff", retry_backoff),
+            priority=options.priority if priority is None else validate.integer("priority", priority),
+            max_catchup=options.max_catchup if max_catchup is None else validate.max_catchup(max_catchup),
+            overlap=options.overlap if overlap is None else validate.overlap(overlap),
             on_lost=options.on_lost,
             max_runtime=options.max_runtime,
         )
@@ -415,7 +411,7 @@ class App:
     # -- reading ------------------------------------------------------------------------------
 
     def get(self, task_id: int) -> Task:
-        task = self.store.get_task(_task_id(task_id))
+        task = self.store.get_task(validate.task_id(task_id))
         if task is None:
             raise TaskNotFound(task_id)
         return task
@@ -423,10 +419,9 @@ class App:
     def tasks(
         self, *, status: Status | str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Task]:
-        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_INT64:
-            raise InvalidInput("offset", offset, "must be an integer >= 0")
-        status_ = _enum(Status, "status", status)
-        return self.store.list_tasks(status=status_, name=name, limit=_limit(limit), offset=offset)
+        validate.offset(offset)
+        status_ = validate.enum_value(Status, "status", status)
+        return self.store.list_tasks(status=status_, name=name, limit=validate.limit(limit), offset=offset)
 
     def executions(
         self, task_id: int | None = None, *, status: ExecutionStatus | str | None = None, limit: int = 100
@@ -435,7 +430,7 @@ class App:
         if task_id is not None:
             self.get(task_id)
         return self.store.list_executions(
-            task_id=task_id, status=_enum(ExecutionStatus, "status", status), limit=_limit(limit)
+            task_id=task_id, status=validate.enum_value(ExecutionStatus, "status", status), limit=validate.limit(limit)
         )
 
     def nodes(self) -> list[Node]:
@@ -453,7 +448,7 @@ class App:
         (``ctx.cancelled``, or ``asyncio`` cancellation) and ends CANCELLED when its run
         ends. With ``run_only=True``, only the current run of a running recurring task is
         stopped; the task goes on to its next slot."""
-        task = self._require(self.store.cancel(_task_id(task_id), run_only=run_only), task_id)
+        task = self._require(self.store.cancel(validate.task_id(task_id), run_only=run_only), task_id)
         if run_only and not (task.status is Status.RUNNING and task.cancel_requested):
             raise InvalidState(task_id, f"{task.status.value} {task.kind.value}", "cancel the current run of")
         if task.status in (Status.COMPLETED, Status.FAILED):
@@ -461,7 +456,7 @@ class App:
         return task
 
     def pause(self, task_id: int) -> Task:
-        task = self._require(self.store.pause(_task_id(task_id)), task_id)
+        task = self._require(self.store.pause(validate.task_id(task_id)), task_id)
         if task.status is not Status.PAUSED:
             raise InvalidState(task_id, task.status.value, "pause")
         return task
@@ -472,7 +467,7 @@ class App:
         ``catch_up=False``, are all skipped now (and recorded as one SKIPPED execution)."""
         for _ in range(RESUME_ATTEMPTS):
             skipping = None if catch_up else self._skipping(self.get(task_id))
-            task = self._require(self.store.resume(_task_id(task_id), skipping), task_id)
+            task = self._require(self.store.resume(validate.task_id(task_id), skipping), task_id)
             if task.status is not Status.PAUSED:
                 break  # resumed (or no longer paused): otherwise it changed under us, decide again
         if task.status is not Status.PENDING:
@@ -506,8 +501,8 @@ class App:
         ``ctx.scheduled_for`` is the slot, logged like any run. Slots that already have a
         COMPLETED execution (or a backfill run waiting) are refused. Returns the runs
         scheduled."""
-        first = _moment("start", start)
-        last = _moment("end", end)
+        first = validate.moment("start", start)
+        last = validate.moment("end", end)
         task = self.get(task_id)
         schedule = schedule_of(task)
         if schedule is None:
@@ -551,7 +546,7 @@ class App:
     def trigger(self, task_id: int) -> Task:
         """Run a PENDING task now. A recurring task keeps its schedule: the extra run
         does not consume its next slot."""
-        task = self._require(self.store.trigger(_task_id(task_id)), task_id)
+        task = self._require(self.store.trigger(validate.task_id(task_id)), task_id)
         # The guard (PENDING) and the read-back share one transaction: a task that is not
         # PENDING now is one the trigger did not apply to.
         if task.status is not Status.PENDING:
@@ -605,114 +600,3 @@ def first_slot_seed(key: str | None) -> int:
     scheduling the same keyed task again lands on the same dispatch time.
     """
     return zlib.crc32(key.encode()) if key is not None else secrets.randbits(63)
-
-
-def _seconds(field: str, value: float | timedelta, *, allow_zero: bool) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
-        raise InvalidInput(field, value, "must be a number of seconds or a timedelta")
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise InvalidInput(field, value, "must be positive" if not allow_zero else "must not be negative")
-    if seconds > MAX_SPAN_S:
-        raise InvalidInput(field, value, f"must be at most {MAX_SPAN_S:.0f} seconds (100 years)")
-    return float(seconds)
-
-
-def _positive(field: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InvalidInput(field, value, "must be a positive number")
-    if value > MAX_SPAN_S:
-        raise InvalidInput(field, value, f"must be at most {MAX_SPAN_S:.0f} seconds (100 years)")
-    return float(value)
-
-
-def _non_negative(field: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise InvalidInput(field, value, "must be a number >= 0")
-    if value > MAX_SPAN_S:
-        raise InvalidInput(field, value, f"must be at most {MAX_SPAN_S:.0f} seconds (100 years)")
-    return float(value)
-
-
-def _task_id(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT64:
-        raise InvalidInput("task_id", value, "must be a positive integer")
-    return value
-
-
-def _moment(field: str, value: datetime) -> datetime:
-    """An aware datetime within the years a schedule can reach."""
-    if not isinstance(value, datetime):
-        raise InvalidInput(field, value, "must be a datetime")
-    moment = require_aware(field, value)
-    if not EARLIEST <= moment <= LATEST:
-        raise InvalidInput(field, moment.isoformat(), f"must be between {EARLIEST.year} and {LATEST.year}")
-    return moment
-
-
-def _optional_positive(field: str, value: float | None) -> float | None:
-    return None if value is None else _positive(field, value)
-
-
-def _integer(field: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(field, value, "must be an integer")
-    if not -MAX_INT32 <= value <= MAX_INT32:
-        raise InvalidInput(field, value, f"must be between {-MAX_INT32} and {MAX_INT32}")
-    return value
-
-
-def _retries(value: int) -> int:
-    if _integer("max_retries", value) < 0:
-        raise InvalidInput("max_retries", value, "must be >= 0")
-    return value
-
-
-def _misfire(value: Misfire | str | None) -> Misfire | None:
-    return _enum(Misfire, "misfire", value)
-
-
-E = TypeVar("E", Status, ExecutionStatus, Misfire)
-
-
-def _enum(kind: type[E], field: str, value: E | str | None) -> E | None:
-    if value is None:
-        return None
-    try:
-        return kind(value.upper() if isinstance(value, str) else value)
-    except ValueError as exc:
-        choices = ", ".join(m.value for m in kind)
-        raise InvalidInput(field, value, f"must be one of {choices}") from exc
-
-
-def _max_catchup(value: int) -> int:
-    if _integer("max_catchup", value) < 1:
-        raise InvalidInput("max_catchup", value, "must be at least 1")
-    return value
-
-
-def _isolation(value: Isolation | str) -> Isolation:
-    try:
-        return Isolation(value.lower() if isinstance(value, str) else value)
-    except ValueError as exc:
-        raise InvalidInput("isolation", value, "must be 'thread' or 'process'") from exc
-
-
-def _on_lost(value: OnLost | str) -> OnLost:
-    try:
-        return OnLost(value.lower() if isinstance(value, str) else value)
-    except ValueError as exc:
-        raise InvalidInput("on_lost", value, "must be 'retry' or 'fail'") from exc
-
-
-def _overlap(value: Overlap | str) -> Overlap:
-    try:
-        return Overlap(value.lower() if isinstance(value, str) else value)
-    except ValueError as exc:
-        raise InvalidInput("overlap", value, "must be 'skip' or 'replace'") from exc
-
-
-def _limit(limit: int) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        raise InvalidInput("limit", limit, "must be an integer from 1 to 10000")
-    return limit

@@ -20,19 +20,10 @@ from tickwork.cron import CronSchedule, parse_timezone
 from tickwork.errors import InvalidInput
 from tickwork.model import ErrorInfo, ExecutionStatus, Kind, Misfire, Status, Task
 from tickwork.store.base import Claim, Outcome
+from tickwork.validate import require_aware
 
 MAX_RETRY_DELAY = 300.0
 """Cap of the exponential retry backoff, in seconds (DESIGN.md §2)."""
-
-
-def require_aware(field: str, value: datetime) -> datetime:
-    """Refuse naive datetimes: their meaning depends on the machine that reads them."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidInput(field, value.isoformat(), "datetime must be timezone-aware")
-    try:
-        return value.astimezone(UTC)
-    except OverflowError as exc:  # 0001-01-01T00:00+14:00 is before year 1 in UTC
-        raise InvalidInput(field, value.isoformat(), "out of range once converted to UTC") from exc
 
 
 class Schedule(Protocol):

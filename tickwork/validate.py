@@ -1,0 +1,148 @@
+"""Input checks shared by the client API: each names the field and the value it refuses.
+
+Every check runs before the store is touched, so a refused call leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+from tickwork.errors import InvalidInput
+from tickwork.model import ExecutionStatus, Misfire, OnLost, Overlap, Status
+from tickwork.registry import Isolation
+
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+MAX_SPAN_S = 100 * 366 * 86400.0
+"""Longest delay or interval accepted: beyond it dates leave the calendar's range."""
+
+
+def require_aware(field: str, value: datetime) -> datetime:
+    """Refuse naive datetimes: their meaning depends on the machine that reads them."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(field, value.isoformat(), "datetime must be timezone-aware")
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:  # 0001-01-01T00:00+14:00 is before year 1 in UTC
+        raise InvalidInput(field, value.isoformat(), "out of range once converted to UTC") from exc
+
+
+def seconds(field: str, value: float | timedelta, *, allow_zero: bool) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        raise InvalidInput(field, value, "must be a number of seconds or a timedelta")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise InvalidInput(field, value, "must be positive" if not allow_zero else "must not be negative")
+    if seconds > MAX_SPAN_S:
+        raise InvalidInput(field, value, f"must be at most {MAX_SPAN_S:.0f} seconds (100 years)")
+    return float(seconds)
+
+
+def positive(field: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InvalidInput(field, value, "must be a positive number")
+    if value > MAX_SPAN_S:
+        raise InvalidInput(field, value, f"must be at most {MAX_SPAN_S:.0f} seconds (100 years)")
+    return float(value)
+
+
+def non_negative(field: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InvalidInput(field, value, "must be a number >= 0")
+    if value > MAX_SPAN_S:
+        raise InvalidInput(field, value, f"must be at most {MAX_SPAN_S:.0f} seconds (100 years)")
+    return float(value)
+
+
+def task_id(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT64:
+        raise InvalidInput("task_id", value, "must be a positive integer")
+    return value
+
+
+def moment(field: str, value: datetime) -> datetime:
+    """An aware datetime within the years a schedule can reach."""
+    if not isinstance(value, datetime):
+        raise InvalidInput(field, value, "must be a datetime")
+    moment = require_aware(field, value)
+    if not EARLIEST <= moment <= LATEST:
+        raise InvalidInput(field, moment.isoformat(), f"must be between {EARLIEST.year} and {LATEST.year}")
+    return moment
+
+
+def optional_positive(field: str, value: float | None) -> float | None:
+    return None if value is None else positive(field, value)
+
+
+def integer(field: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(field, value, "must be an integer")
+    if not -MAX_INT32 <= value <= MAX_INT32:
+        raise InvalidInput(field, value, f"must be between {-MAX_INT32} and {MAX_INT32}")
+    return value
+
+
+def retries(value: int) -> int:
+    if integer("max_retries", value) < 0:
+        raise InvalidInput("max_retries", value, "must be >= 0")
+    return value
+
+
+def misfire(value: Misfire | str | None) -> Misfire | None:
+    return enum_value(Misfire, "misfire", value)
+
+
+E = TypeVar("E", Status, ExecutionStatus, Misfire)
+
+
+def enum_value(kind: type[E], field: str, value: E | str | None) -> E | None:
+    if value is None:
+        return None
+    try:
+        return kind(value.upper() if isinstance(value, str) else value)
+    except ValueError as exc:
+        choices = ", ".join(m.value for m in kind)
+        raise InvalidInput(field, value, f"must be one of {choices}") from exc
+
+
+def max_catchup(value: int) -> int:
+    if integer("max_catchup", value) < 1:
+        raise InvalidInput("max_catchup", value, "must be at least 1")
+    return value
+
+
+def isolation(value: Isolation | str) -> Isolation:
+    try:
+        return Isolation(value.lower() if isinstance(value, str) else value)
+    except ValueError as exc:
+        raise InvalidInput("isolation", value, "must be 'thread' or 'process'") from exc
+
+
+def on_lost(value: OnLost | str) -> OnLost:
+    try:
+        return OnLost(value.lower() if isinstance(value, str) else value)
+    except ValueError as exc:
+        raise InvalidInput("on_lost", value, "must be 'retry' or 'fail'") from exc
+
+
+def overlap(value: Overlap | str) -> Overlap:
+    try:
+        return Overlap(value.lower() if isinstance(value, str) else value)
+    except ValueError as exc:
+        raise InvalidInput("overlap", value, "must be 'skip' or 'replace'") from exc
+
+
+def offset(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT64:
+        raise InvalidInput("offset", value, "must be an integer >= 0")
+    return value
+
+
+def limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidInput("limit", limit, "must be an integer from 1 to 10000")
+    return limit
