@@ -29,7 +29,7 @@ from tickwork.model import (
     Task,
 )
 from tickwork.registry import Isolation
-from tickwork.schedules import fire_times
+from tickwork.timing import fire_times
 
 __all__ = [
     "App",

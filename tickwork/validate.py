@@ -12,6 +12,7 @@ from typing import TypeVar
 from tickwork.errors import InvalidInput
 from tickwork.model import ExecutionStatus, Misfire, OnLost, Overlap, Status
 from tickwork.registry import Isolation
+from tickwork.timing import require_aware
 
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
@@ -19,16 +20,6 @@ EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 MAX_SPAN_S = 100 * 366 * 86400.0
 """Longest delay or interval accepted: beyond it dates leave the calendar's range."""
-
-
-def require_aware(field: str, value: datetime) -> datetime:
-    """Refuse naive datetimes: their meaning depends on the machine that reads them."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidInput(field, value.isoformat(), "datetime must be timezone-aware")
-    try:
-        return value.astimezone(UTC)
-    except OverflowError as exc:  # 0001-01-01T00:00+14:00 is before year 1 in UTC
-        raise InvalidInput(field, value.isoformat(), "out of range once converted to UTC") from exc
 
 
 def seconds(field: str, value: float | timedelta, *, allow_zero: bool) -> float:

@@ -13,117 +13,26 @@ check it against every store. Two rules run through all of it:
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from tickwork.model import (
-    ErrorInfo,
+    Claim,
     Execution,
     ExecutionStatus,
-    Kind,
-    Misfire,
+    NewTask,
     Node,
-    OnLost,
-    Overlap,
+    Outcome,
+    Renewal,
+    Skipping,
     Stats,
     Status,
     Task,
 )
 
-
-@dataclasses.dataclass(frozen=True)
-class NewTask:
-    """A validated task to insert; the client API builds these, the store only writes."""
-
-    name: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    kind: Kind
-    scheduled_at: datetime
-    next_run_at: datetime
-    key: str | None = None
-    cron: str | None = None
-    timezone: str = "UTC"
-    interval: float | None = None
-    misfire: Misfire = Misfire.SINGLE_CATCHUP
-    misfire_grace: float = 60.0
-    jitter: float = 0.0
-    timeout: float | None = None
-    max_retries: int = 0
-    retry_backoff: float = 1.0
-    priority: int = 0
-    max_catchup: int = 100
-    overlap: Overlap = Overlap.SKIP
-    parent_id: int | None = None
-    on_lost: OnLost = OnLost.RETRY
-    max_runtime: float | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Claim:
-    """One claimed run: the task as claimed (its version is the fence) and its log row."""
-
-    task: Task
-    execution_id: int
-    scheduled_for: datetime
-
-    @property
-    def fence(self) -> int:
-        return self.task.version
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """How one run ended, and the task's next state as the policy decided it."""
-
-    task_id: int
-    fence: int
-    execution_id: int
-    status: ExecutionStatus
-    task_status: Status
-    scheduled_at: datetime
-    next_run_at: datetime
-    attempt: int
-    triggered: bool
-    finished_at: datetime
-    error: ErrorInfo | None = None
-    started_at: datetime | None = None
-    """When the run really started, if later than its claim (it waited as prefetch)."""
-    skipped: int | None = None
-    """For a SKIPPED execution: how many slots it stands for, up to ``skipped_last``."""
-    skipped_last: datetime | None = None
-    decision: str | None = None
-    """A misfire decision to keep on the task (``last_decision``)."""
-    result: Any = None
-    note: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Skipping:
-    """Missed slots to pass over when a paused task is resumed without catching up."""
-
-    version: int
-    """The version the skipped slots were computed from: a task changed since is left alone."""
-    next_slot: datetime
-    next_run_at: datetime
-    count: int
-    first: datetime
-    last: datetime
-    decision: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Renewal:
-    """A lease that was renewed, and whether someone asked to cancel the run."""
-
-    task_id: int
-    fence: int
-    cancel_requested: bool
-    run_only: bool = False
-    """The cancel is for the current run only: the task's schedule goes on."""
+__all__ = ["Claim", "NewTask", "Outcome", "Renewal", "Skipping", "Store"]
 
 
 class Store(Protocol):
