@@ -86,6 +86,8 @@ class RunLog:
     node: str
     pid: int
     start: float
+    wall: float
+    """The node's own wall clock at the start (skewed under libfaketime)."""
     end: float | None = None
     stopped: float | None = None
 
@@ -104,7 +106,15 @@ def read_runs(records: Path) -> list[RunLog]:
                 continue  # a line cut short by a SIGKILL
             if r["phase"] == "start":
                 runs[r["run"]] = RunLog(
-                    r["run"], r["task"], r["slot"], r["attempt"], r["execution"], r["node"], r["pid"], r["mono"]
+                    r["run"],
+                    r["task"],
+                    r["slot"],
+                    r["attempt"],
+                    r["execution"],
+                    r["node"],
+                    r["pid"],
+                    r["mono"],
+                    r["wall"],
                 )
             elif r["run"] in runs:
                 setattr(runs[r["run"]], "end" if r["phase"] == "end" else "stopped", r["mono"])
