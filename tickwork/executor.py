@@ -173,7 +173,9 @@ class Executor:
         func = run.definition.func
         try:
             if run.definition.options.isolation is Isolation.PROCESS:
-                value, note = run_in_process(run, ctx, func, run.definition.options.kill_grace, self.max_result_bytes)
+                options = run.definition.options
+                arguments = (task.args, task.kwargs)
+                value, note = run_in_process(run, ctx, func, arguments, options.kill_grace, self.max_result_bytes)
                 if note is not None and run.cancel_reason is None:
                     return RunResult(ExecutionStatus.COMPLETED, note=note)
             elif run.definition.is_async:

@@ -40,15 +40,26 @@ import traceback
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tickwork.codec import dumps, json_problem
 from tickwork.context import CancelFlag, Context
 from tickwork.errors import Cancelled, InvalidInput, TickworkError
 from tickwork.model import ErrorInfo
 
-if TYPE_CHECKING:
-    from tickwork.executor import Run
+
+class Stoppable(Protocol):
+    """What the supervisor needs of a run: whether and why it was cancelled, and where
+    to hook the signal that stops its child (the node's Run; tests pass their own)."""
+
+    @property
+    def cancel_flag(self) -> CancelFlag: ...
+
+    @property
+    def cancel_reason(self) -> object | None: ...
+
+    def bind_cancel(self, on_cancel: Callable[[], None] | None) -> None: ...
+
 
 # forkserver: children fork from a small single-threaded server, never from the node
 # (whose threads hold locks a fork would copy mid-use), and start faster than spawn.
@@ -101,7 +112,12 @@ def prepare(funcs: Iterable[Callable[..., Any]]) -> None:
 
 
 def run_in_process(
-    run: Run, ctx: Context, func: Callable[..., Any], kill_grace: float, max_result_bytes: int
+    run: Stoppable,
+    ctx: Context,
+    func: Callable[..., Any],
+    arguments: tuple[list[Any], dict[str, Any]],
+    kill_grace: float,
+    max_result_bytes: int,
 ) -> tuple[Any, str | None]:
     """Run ``func`` in a child process; return its (JSON) result and a note on it.
     ``ctx.heartbeat()`` in the child renews the lease through the node (``ctx`` here).
@@ -111,7 +127,7 @@ def run_in_process(
     mp = multiprocessing.get_context(START_METHOD)
     parent_end, child_end = mp.Pipe(duplex=True)
     lifeline_read, lifeline_write = mp.Pipe(duplex=False)
-    task = run.claim.task
+    args, kwargs = arguments
     info = {
         "task_id": ctx.task_id,
         "task_name": ctx.task_name,
@@ -125,8 +141,8 @@ def run_in_process(
     # watchdog and the finally below make sure no child is left behind.
     process = mp.Process(  # type: ignore[attr-defined]  # typeshed: BaseContext lacks Process
         target=_child_main,
-        args=(child_end, lifeline_read, func, dumps(task.args), dumps(task.kwargs), dumps(info)),
-        name=f"tickwork-task-{task.id}",
+        args=(child_end, lifeline_read, func, dumps(args), dumps(kwargs), dumps(info)),
+        name=f"tickwork-task-{ctx.task_id}",
     )
     process.start()
     child_end.close()
@@ -160,7 +176,7 @@ class _Supervisor:
 
     def __init__(
         self,
-        run: Run,
+        run: Stoppable,
         process: multiprocessing.process.BaseProcess,
         conn: multiprocessing.connection.Connection,
         renew: Callable[[], bool],
