@@ -42,7 +42,7 @@ STORE_TROUBLE = re.compile(
     re.IGNORECASE,
 )
 STORE_BACK = re.compile(
-    r"answers again|recorded again|"
+    r"answers again|recorded again|works? again|again after|"
     r"\b(store|database|PostgreSQL|SQLite)\b[^\n]{0,40}\b(back|reachable again|writable again)\b",
     re.IGNORECASE,
 )
