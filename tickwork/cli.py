@@ -7,6 +7,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -43,6 +44,11 @@ class BadApp(click.ClickException):
 def _shown(value: str, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(text: str) -> str:
+    """A message on one line (a driver's text may span several)."""
+    return re.sub(r"\s*\n\s*", " ", text.strip())
 
 
 def _first_line(text: str, limit: int = 300) -> str:
@@ -104,7 +110,7 @@ def errors_as_messages(func: Callable[..., R]) -> Callable[..., R]:
         try:
             return func(*args, **kwargs)
         except TickworkError as exc:
-            raise click.ClickException(REDACTOR.scrub(str(exc))) from exc
+            raise click.ClickException(one_line(REDACTOR.scrub(str(exc)))) from exc
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
         except Exception as exc:
@@ -190,6 +196,10 @@ def worker(
         logging.getLogger("tickwork").setLevel(logging.INFO)
     app = load_app(app_spec)
     if metrics_port is not None:
+        # Opened (and migrated) first: the queue gauges read the store as soon as they are
+        # registered, and a database that is away must be one line, not their warning.
+        if isinstance(app, App):
+            app.store  # noqa: B018
         watch_queue(lambda: app.store)
         serve_metrics(metrics_port, metrics_host)
     app.run_worker(
