@@ -722,3 +722,144 @@ def test_a_foreign_host_is_refused_in_the_json_error_shape_with_the_security_hea
             assert "evil" not in refused.text
         for host in ("[::1]:8000", "LOCALHOST:8000", "127.0.0.1"):
             assert client.get(f"{V1}/tasks", headers={"Host": host}).status_code == 200, host
+
+
+# -- rows written by something other than tickwork ---------------------------------------------
+
+# (column, SQL value) per store: what another program might leave in a task row.
+CORRUPTIONS = {
+    "sqlite": [
+        ("args", "'not json'"),
+        ("status", "'WEIRD'"),
+        ("scheduled_at", "'yesterday'"),
+        ("kwargs", "'[1, 2]'"),  # decodes, but is no task's shape
+    ],
+    "postgres": [
+        ("misfire", "'SOMETIMES'"),
+        ("last_status", "'LOST'"),
+        ("scheduled_at", "'infinity'"),
+        ("args", """'{"a": 1}'::jsonb"""),  # decodes, but is no task's shape
+    ],
+}
+
+
+def corrupt(url: str, task_id: int, column: str, value: str) -> None:
+    """A raw UPDATE, as a program that is not tickwork would write it."""
+    statement = f"UPDATE tickwork_tasks SET {column} = {value} WHERE id = {task_id}"
+    if url.startswith("sqlite:"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute("PRAGMA ignore_check_constraints = ON")  # the status CHECK, too
+            assert conn.execute(statement).rowcount == 1
+    else:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert conn.execute(statement).rowcount == 1
+
+
+def corruptions(store_url: str) -> list[tuple[str, str]]:
+    return CORRUPTIONS["sqlite" if store_url.startswith("sqlite:") else "postgres"]
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_an_undecodable_row_is_shown_as_such_and_hides_nothing(
+    api: Any, web_app: App, store_url: str, case: int
+) -> None:
+    column, value = corruptions(store_url)[case]
+    first, bad, last = (schedule(api, delay=600, key=f"k{i}") for i in range(3))
+    corrupt(store_url, bad["id"], column, value)
+    listed = api.get(f"{V1}/tasks", headers=AUTH)
+    assert listed.status_code == 200, listed.text
+    items = listed.json()["items"]
+    assert [t["id"] for t in items] == [first["id"], bad["id"], last["id"]]
+    assert items[0] == first and items[2] == last
+    marker = items[1]
+    assert marker["undecodable"] is True and marker["name"] == "web.ok" and marker["reason"]
+    detail = api.get(f"{V1}/tasks/{bad['id']}", headers=AUTH)
+    assert detail.status_code == 200 and detail.json() == marker
+    assert api.get(f"{V1}/tasks", params={"q": "web", "limit": 2}, headers=AUTH).json()["items"][1] == marker
+    assert api.get(f"{V1}/tasks/{bad['id']}/executions", headers=AUTH).json() == {"items": []}
+    refused = problem(api.post(f"{V1}/tasks/{bad['id']}/pause", headers=AUTH), 409)
+    assert "cannot be decoded" in refused["message"]
+    assert api.get(f"{V1}/tasks/{first['id']}", headers=AUTH).json() == first
+    sign_in(api)
+    for path in ("/", "/tasks", "/tasks?q=web", "/runs"):
+        page = api.get(path)
+        assert page.status_code == 200, (path, page.text)
+    listing = api.get("/tasks").text
+    assert f'href="/tasks/{first["id"]}"' in listing and f'href="/tasks/{last["id"]}"' in listing
+    if column not in ("kwargs", "args") or value.startswith("'not"):  # rows that fail to decode at all
+        assert "undecodable" in listing and "undecodable" in api.get("/").text
+        page = api.get(f"/tasks/{bad['id']}")
+        assert page.status_code == 200 and "cannot be decoded" in page.text
+        assert f'action="/tasks/{bad["id"]}/' not in page.text  # no actions offered
+        assert marker["reason"].split(":")[0] in page.text
+        acted = api.post(f"/tasks/{bad['id']}/cancel", data={"csrf": csrf_of(api.get("/tasks").text)})
+        assert acted.status_code == 409 and "cannot be decoded" in acted.text
+    else:
+        assert api.get(f"/tasks/{bad['id']}").status_code == 200
+
+
+def test_reasons_name_what_cannot_be_decoded(api: Any, store_url: str) -> None:
+    task = schedule(api, delay=600)
+    column, value = corruptions(store_url)[0]
+    corrupt(store_url, task["id"], column, value)
+    reason = api.get(f"{V1}/tasks/{task['id']}", headers=AUTH).json()["reason"]
+    assert ("JSONDecodeError" in reason) if store_url.startswith("sqlite:") else ("SOMETIMES" in reason)
+
+
+# -- sessions -------------------------------------------------------------------------------------
+
+
+def test_a_cookie_copied_before_sign_out_is_refused_after_it_by_every_server(store_url: str, web_app: App) -> None:
+    """Signing out ends the session on the database: another server (another App on the
+    same database, as another ``tickwork serve`` process) refuses the copied cookie."""
+    other_app = make_app(store_url)
+    try:
+        with client_of(web_app, token=TOKEN) as api, client_of(other_app, token=TOKEN) as other:
+            sign_in(api)
+            cookie = api.cookies.get(SESSION_COOKIE)
+            assert cookie
+            other.cookies.set(SESSION_COOKIE, cookie)
+            assert other.get("/", follow_redirects=False).status_code == 200  # valid on every server
+            token = csrf_of(api.get("/tasks").text)
+            assert api.post("/logout", data={"csrf": token}, follow_redirects=False).status_code == 303
+            for client in (other, api):
+                client.cookies.set(SESSION_COOKIE, cookie)
+                assert client.get("/", follow_redirects=False).status_code == 303
+                assert client.post("/tasks/1/cancel", data={"csrf": token}, follow_redirects=False).status_code == 303
+            sign_in(other)  # a new sign-in is a new session
+            assert other.get("/", follow_redirects=False).status_code == 200
+    finally:
+        other_app.close()
+
+
+def test_the_session_life_is_configurable_and_shorter_than_a_day(web_app: App) -> None:
+    from tickwork.web.auth import SESSION_TTL, parse_duration
+
+    assert SESSION_TTL <= 8 * 3600
+    assert [parse_duration(t) for t in ("30s", "15m", "12h", "7d", "1h30m", "1.5h")] == [
+        30,
+        900,
+        43200,
+        604800,
+        5400,
+        5400,
+    ]
+    for bad in ("", "10", "10x", "h", "-5m", "5 m", "1e3s"):
+        with pytest.raises(ValueError, match="expected a duration"):
+            parse_duration(bad)
+    auth = Auth(TOKEN, session_ttl=parse_duration("30m"))
+    cookie = auth.new_session(now=1_000_000)
+    assert auth.session(cookie, now=1_000_000 + 1799) is not None
+    assert auth.session(cookie, now=1_000_000 + 1801) is None
+    with pytest.raises(ValueError, match="1 minute to 30 days"):
+        Auth(TOKEN, session_ttl=31 * 86400)
+    with client_of(web_app, token=TOKEN, session_ttl=1800) as api:
+        signed = sign_in(api)
+        cookie_header = next(c for c in signed.headers.get_list("set-cookie") if c.startswith(SESSION_COOKIE))
+        assert "Max-Age=1800" in cookie_header
+    runner = CliRunner()
+    for bad, needle in (("10x", "expected a duration"), ("10s", "1 minute to 30 days"), ("90d", "1 minute")):
+        result = runner.invoke(main, ["serve", "tests.http_support:app", "--session-ttl", bad])
+        assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output

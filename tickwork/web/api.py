@@ -12,17 +12,22 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import ValidationError
 
 from tickwork.app import App
 from tickwork.errors import InvalidInput
 from tickwork.model import ExecutionStatus, Status, Task
 from tickwork.redact import secret_name
 from tickwork.urls import MASK
+from tickwork.web import reading
 from tickwork.web.auth import Auth
+from tickwork.web.database import Database
 from tickwork.web.errors import Unauthorized, responses
 from tickwork.web.listing import find_tasks
+from tickwork.web.reading import Undecodable
 from tickwork.web.schemas import (
     MAX_ID,
+    AnyTaskOut,
     BackfillIn,
     ExecutionList,
     ExecutionOut,
@@ -35,6 +40,7 @@ from tickwork.web.schemas import (
     TaskOut,
     TaskPage,
     Text,
+    UndecodableTaskOut,
 )
 
 TaskId = Annotated[int, Path(ge=1, le=MAX_ID, description="The task's id.")]
@@ -90,8 +96,11 @@ async def known_query(request: Request) -> None:
             )
 
 
-def router(app: App, auth: Auth) -> APIRouter:
+def router(app: App, auth: Auth, db: Database) -> APIRouter:
+    """The routes; each one that uses the store runs through ``db.guard`` (a 503 within
+    about a second while the database is away)."""
     read, write = guards(auth)
+    guard = db.guard
     r = APIRouter(prefix="/api/v1", tags=["tasks"], dependencies=[Depends(known_query)])
 
     @r.get(
@@ -101,6 +110,7 @@ def router(app: App, auth: Auth) -> APIRouter:
         responses=responses(401, 422, 503),
         summary="List tasks by status, name and a text search over names",
     )
+    @guard
     def list_tasks(
         status: Status | None = None,
         name: Annotated[Text | None, Query(max_length=300, description="Exact task name.")] = None,
@@ -113,7 +123,7 @@ def router(app: App, auth: Auth) -> APIRouter:
     ) -> TaskPage:
         page = find_tasks(app, status=status, name=name, q=q, limit=limit, offset=offset)
         return TaskPage(
-            items=[_task(t) for t in page.items],
+            items=[_any_task(t) for t in page.items],
             limit=page.limit,
             offset=page.offset,
             next_offset=page.next_offset,
@@ -128,13 +138,21 @@ def router(app: App, auth: Auth) -> APIRouter:
         responses=responses(401, 413, 422, 429, 503),
         summary="Schedule a registered task (with a key: the live task holding that key)",
     )
+    @guard
     def schedule(body: ScheduleIn) -> TaskOut:
         fields = body.model_dump(exclude_none=True, exclude={"name"})
         return _task(app.schedule(body.name, **fields))
 
-    @r.get("/tasks/{task_id}", response_model=TaskOut, dependencies=[read], responses=responses(401, 404, 422, 503))
-    def get_task(task_id: TaskId) -> TaskOut:
-        return _task(app.get(task_id))
+    @r.get(
+        "/tasks/{task_id}",
+        response_model=AnyTaskOut,
+        dependencies=[read],
+        responses=responses(401, 404, 422, 503),
+        summary="One task (or, for a row that cannot be decoded, what can be read of it and why)",
+    )
+    @guard
+    def get_task(task_id: TaskId) -> AnyTaskOut:
+        return _any_task(reading.task(app, task_id))
 
     @r.post(
         "/tasks/{task_id}/cancel",
@@ -143,10 +161,12 @@ def router(app: App, auth: Auth) -> APIRouter:
         responses=responses(401, 404, 409, 422, 503),
         summary="Cancel a task (a running one is asked to stop: cancel_requested)",
     )
+    @guard
     def cancel(
         task_id: TaskId,
         run_only: Annotated[bool, Query(description="Stop only the current run of a recurring task.")] = False,
     ) -> TaskOut:
+        _showable(app, task_id, "cancel")
         return _task(app.cancel(task_id, run_only=run_only))
 
     @r.post(
@@ -155,7 +175,9 @@ def router(app: App, auth: Auth) -> APIRouter:
         dependencies=[write],
         responses=responses(401, 404, 409, 422, 503),
     )
+    @guard
     def pause(task_id: TaskId) -> TaskOut:
+        _showable(app, task_id, "pause")
         return _task(app.pause(task_id))
 
     @r.post(
@@ -164,10 +186,12 @@ def router(app: App, auth: Auth) -> APIRouter:
         dependencies=[write],
         responses=responses(401, 404, 409, 422, 503),
     )
+    @guard
     def resume(
         task_id: TaskId,
         catch_up: Annotated[bool, Query(description="false: skip (and record) the slots missed while paused.")] = True,
     ) -> TaskOut:
+        _showable(app, task_id, "resume")
         return _task(app.resume(task_id, catch_up=catch_up))
 
     @r.post(
@@ -177,7 +201,9 @@ def router(app: App, auth: Auth) -> APIRouter:
         responses=responses(401, 404, 409, 422, 503),
         summary="Run a pending task now (a recurring one keeps its schedule)",
     )
+    @guard
     def trigger(task_id: TaskId) -> TaskOut:
+        _showable(app, task_id, "trigger")
         return _task(app.trigger(task_id))
 
     @r.post(
@@ -188,7 +214,9 @@ def router(app: App, auth: Auth) -> APIRouter:
         responses=responses(401, 404, 422, 503),
         summary="Run every slot of a recurring task in [start, end] once",
     )
+    @guard
     def backfill(task_id: TaskId, body: BackfillIn) -> TaskList:
+        _showable(app, task_id, "backfill")
         return TaskList(items=[_task(t) for t in app.backfill(task_id, body.start, body.end)])
 
     @r.get(
@@ -198,8 +226,12 @@ def router(app: App, auth: Auth) -> APIRouter:
         responses=responses(401, 404, 422, 503),
         summary="A task's runs, newest first",
     )
+    @guard
     def task_executions(task_id: TaskId, status: ExecutionStatus | None = None, limit: Limit = 100) -> ExecutionList:
-        rows = app.executions(task_id, status=status, limit=limit)
+        if isinstance(reading.task(app, task_id), Undecodable):  # its runs can still be read
+            rows = app.store.list_executions(task_id=task_id, status=status, limit=limit)
+        else:
+            rows = app.executions(task_id, status=status, limit=limit)
         return ExecutionList(items=[ExecutionOut.model_validate(e) for e in rows])
 
     @r.get(
@@ -209,11 +241,13 @@ def router(app: App, auth: Auth) -> APIRouter:
         responses=responses(401, 422, 503),
         summary="Recent runs of all tasks, newest first",
     )
+    @guard
     def executions(status: ExecutionStatus | None = None, limit: Limit = 100) -> ExecutionList:
         rows = app.executions(status=status, limit=limit)
         return ExecutionList(items=[ExecutionOut.model_validate(e) for e in rows])
 
     @r.get("/nodes", response_model=NodeList, dependencies=[read], responses=responses(401, 503), tags=["cluster"])
+    @guard
     def nodes() -> NodeList:
         return NodeList(items=[NodeOut.model_validate(n) for n in app.nodes()])
 
@@ -225,6 +259,7 @@ def router(app: App, auth: Auth) -> APIRouter:
         tags=["cluster"],
         summary="Queue depth and oldest due age, tasks per status, runs per minute and hour",
     )
+    @guard
     def stats() -> StatsOut:
         return StatsOut.model_validate(app.stats())
 
@@ -237,3 +272,25 @@ def router(app: App, auth: Auth) -> APIRouter:
 
 def _task(task: Task) -> TaskOut:
     return TaskOut.model_validate(task)
+
+
+def _showable(app: App, task_id: int, operation: str) -> None:
+    """Refuse (409) an operation on a task this API cannot show: a row that cannot be
+    decoded, or whose values do not fit the task's shape. Nothing is changed."""
+    shown = _any_task(reading.decodable(app, task_id, operation))
+    if isinstance(shown, UndecodableTaskOut):
+        raise reading.TaskUndecodable(Undecodable(shown.id, shown.name, shown.status, shown.reason), operation)
+
+
+def _any_task(task: Task | Undecodable) -> AnyTaskOut:
+    """A task's JSON, or the undecodable shape for a row that cannot be shown as one
+    (its decoded values do not fit the task's shape, say an object for ``args``)."""
+    if isinstance(task, Undecodable):
+        return UndecodableTaskOut(id=task.id, name=task.name, status=task.status, reason=task.reason)
+    try:
+        return TaskOut.model_validate(task)
+    except ValidationError as exc:
+        reason = "its values do not fit the task shape"
+        if errors := exc.errors():
+            reason = f"{'.'.join(str(part) for part in errors[0]['loc'])}: {errors[0]['msg']}"
+        return UndecodableTaskOut(id=task.id, name=task.name, status=str(task.status), reason=reading.short(reason))

@@ -8,6 +8,7 @@ arguments, so tests build as many servers as they like, each on its own database
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -19,7 +20,8 @@ from fastapi.staticfiles import StaticFiles
 from tickwork.app import App
 from tickwork.metrics import watch_queue
 from tickwork.web import api, dashboard, errors, probes
-from tickwork.web.auth import Auth
+from tickwork.web.auth import SESSION_TTL, Auth
+from tickwork.web.database import Database
 from tickwork.web.middleware import AllowedHosts, BodyLimit, SecurityHeaders
 from tickwork.web.node import BackgroundWorker
 
@@ -34,6 +36,8 @@ def create_app(
     public_read: bool = False,
     worker_concurrency: int | None = None,
     allowed_hosts: Sequence[str] | None = None,
+    session_ttl: float = SESSION_TTL,
+    database: Database | None = None,
 ) -> FastAPI:
     """The HTTP server of ``app``.
 
@@ -41,17 +45,24 @@ def create_app(
     no token is configured (nothing can be written). An empty or short token raises
     ``TokenConfigError``: it must never silently mean "no authentication".
     ``worker_concurrency``: also run a worker node with that many slots while the server
-    runs (started and drained by the server's lifespan, inside its signal handling).
+    runs (started once the database can be used, drained by the server's lifespan, inside
+    its signal handling).
     ``allowed_hosts``: answer only requests whose Host header is one of these (400
     otherwise) — with reads open to anyone who can connect, a page on any web site could
     otherwise read them through DNS rebinding to 127.0.0.1.
+    ``session_ttl``: how long a dashboard sign-in lasts, in seconds (signing out ends it
+    at once, on every server of the database).
+    ``database``: how requests reach the store (tests pass one with other timings); the
+    server opens the store in the background and never waits for it to start.
     """
-    auth = Auth(token, public_read=public_read)
+    auth = Auth(token, public_read=public_read, session_ttl=session_ttl)
+    db = database or Database(app)
+    db.on_open(lambda: watch_queue(db.current))  # the queue gauges of /metrics, read at scrape time
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        watch_queue(lambda: app.store)  # the queue gauges of /metrics, read at scrape time
-        node = None if worker_concurrency is None else BackgroundWorker(app, worker_concurrency)
+        db.start()
+        node = None if worker_concurrency is None else BackgroundWorker(app, worker_concurrency, db)
         if node is not None:
             node.start()
         try:
@@ -59,6 +70,7 @@ def create_app(
         finally:
             if node is not None:
                 await anyio.to_thread.run_sync(node.stop)
+            db.stop()
 
     server = FastAPI(
         title="tickwork",
@@ -69,11 +81,11 @@ def create_app(
         openapi_url="/openapi.json",
         lifespan=lifespan,
     )
-    errors.install(server, lambda exc: _transient(app, exc))
+    errors.install(server, db.is_transient, page=functools.partial(dashboard.error_page, has_token=auth.has_token))
     read, _ = api.guards(auth)
-    server.include_router(api.router(app, auth))
-    server.include_router(probes.router(app, read))
-    server.include_router(dashboard.router(app, auth))
+    server.include_router(api.router(app, auth, db))
+    server.include_router(probes.router(app, read, db))
+    server.include_router(dashboard.router(app, auth, db))
     server.mount("/static", StaticFiles(directory=STATIC), name="static")
     # Room for max_payload bytes of arguments however they are spelled (escapes, spaces):
     # the App then checks the arguments' own encoded size exactly.
@@ -82,13 +94,6 @@ def create_app(
         server.add_middleware(AllowedHosts, hosts=list(allowed_hosts))
     server.add_middleware(SecurityHeaders)  # the last added is outermost: on every answer
     return server
-
-
-def _transient(app: App, exc: BaseException) -> bool:
-    try:
-        return app.store.is_transient(exc)
-    except Exception:  # the store cannot even be opened: it is away, not a bug of the request
-        return True
 
 
 def _version() -> str:

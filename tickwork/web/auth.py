@@ -2,16 +2,20 @@
 
 One secret, ``TICKWORK_API_TOKEN``, guards everything. API clients send it as a bearer
 token; the dashboard trades it once, at sign-in, for a session cookie. The cookie never
-holds the token itself: it holds a random session id signed with a key derived from the
-token, so a leaked cookie expires, and changing the token signs every session out.
-Sessions are stateless (any replica sharing the token accepts them), and each one
-carries its own CSRF token, derived from its id, for the dashboard's forms.
+holds the token itself: it holds its issue time and a random session id, signed with a
+key derived from the token, so a leaked cookie expires (after ``session_ttl``, 8 hours
+unless ``tickwork serve --session-ttl`` says otherwise), and changing the token signs
+every session out. Any replica sharing the token accepts a session; signing out puts
+its id on the database's list of revoked sessions (tickwork/store/sessions.py), which
+every replica reads. Each session carries its own CSRF token, derived from its id, for
+the dashboard's forms.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -21,8 +25,29 @@ MIN_TOKEN_LENGTH = 16
 SESSION_COOKIE = "tickwork_session"
 LOGIN_COOKIE = "tickwork_login"
 """Double-submit CSRF token of the sign-in form (there is no session yet to derive it from)."""
-SESSION_TTL = 12 * 3600.0
+SESSION_TTL = 8 * 3600.0
+"""How long a dashboard sign-in lasts unless configured (a working day)."""
+MIN_SESSION_TTL = 60.0
+MAX_SESSION_TTL = 30 * 86400.0
 CLOCK_SLACK = 60.0
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+
+
+def parse_duration(text: str) -> float:
+    """``30s``, ``15m``, ``12h``, ``7d`` or combinations (``1h30m``) as seconds; raise
+    ``ValueError`` saying what is expected otherwise."""
+    spec = text.strip().lower()
+    parts = _DURATION.findall(spec)
+    if not spec or "".join(number + unit for number, unit in parts) != spec:
+        raise ValueError(f"{text!r}: expected a duration such as 30s, 15m, 12h or 7d")
+    return sum(float(number) * _UNITS[unit] for number, unit in parts)
+
+
+def check_session_ttl(seconds: float) -> float:
+    if not MIN_SESSION_TTL <= seconds <= MAX_SESSION_TTL:
+        raise ValueError(f"{seconds:g} s: a session lasts from 1 minute to 30 days")
+    return seconds
 
 
 class TokenConfigError(ValueError):
@@ -55,6 +80,8 @@ class Session:
 
     id: str
     csrf: str
+    issued: int
+    """When it was signed in (Unix time)."""
 
 
 class Auth:
@@ -67,7 +94,7 @@ class Auth:
     def __init__(self, token: str | None, *, public_read: bool = False, session_ttl: float = SESSION_TTL) -> None:
         token = check_token(token)
         self.public_read = public_read
-        self.session_ttl = session_ttl
+        self.session_ttl = check_session_ttl(session_ttl)
         self._digest = None if token is None else _sha256(token.encode())
         self._key = None if token is None else hmac.new(token.encode(), b"tickwork-session-v1", "sha256").digest()
 
@@ -106,10 +133,17 @@ class Auth:
             return None
         if not hmac.compare_digest(signature.encode(), self._sign("session", body).encode()):
             return None
-        age = (now if now is not None else time.time()) - int(issued_text)
+        issued = int(issued_text)
+        age = (now if now is not None else time.time()) - issued
         if not -CLOCK_SLACK <= age <= self.session_ttl:
             return None
-        return Session(id=session_id, csrf=self._sign("csrf", session_id))
+        return Session(id=session_id, csrf=self._sign("csrf", session_id), issued=issued)
+
+    @staticmethod
+    def expires_at(session: Session) -> float:
+        """A time after which no server accepts the session, whatever its ``session_ttl``
+        (Unix time): how long a signed-out session must stay revoked."""
+        return session.issued + MAX_SESSION_TTL + CLOCK_SLACK
 
     def _sign(self, purpose: str, value: str) -> str:
         assert self._key is not None

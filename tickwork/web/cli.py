@@ -8,6 +8,7 @@ import os
 import click
 
 from tickwork.errors import TickworkError
+from tickwork.web.auth import check_session_ttl, parse_duration
 
 
 @click.command()
@@ -29,15 +30,30 @@ from tickwork.errors import TickworkError
     type=click.IntRange(1, 10_000),
     help="Slots of the --with-worker node.",
 )
-def serve(app_spec: str, host: str, port: int, public_read: bool, with_worker: bool, concurrency: int) -> None:
+@click.option(
+    "--session-ttl",
+    default="8h",
+    show_default=True,
+    metavar="DURATION",
+    help="How long a dashboard sign-in lasts: 30m, 12h, 7d (1 minute to 30 days). Signing out ends it at once.",
+)
+def serve(
+    app_spec: str, host: str, port: int, public_read: bool, with_worker: bool, concurrency: int, session_ttl: str
+) -> None:
     """Serve the HTTP API (/api/v1) and the dashboard (/) of APP (module:attribute).
 
     The token is read from TICKWORK_API_TOKEN: it guards every write, and every read
-    unless --public-read. Without it the server runs read-only, on loopback only."""
-    from tickwork.cli import load_app
+    unless --public-read. Without it the server runs read-only, on loopback only.
+    The server listens at once; while the database cannot be used it answers 503."""
+    from tickwork.cli import load_app, one_line
+    from tickwork.redact import REDACTOR
     from tickwork.web.server import ServeConfigError
     from tickwork.web.server import serve as run
 
+    try:
+        ttl = check_session_ttl(parse_duration(session_ttl))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--session-ttl") from exc
     if logging.getLogger().level > logging.INFO:
         logging.getLogger("tickwork").setLevel(logging.INFO)
     app = load_app(app_spec)
@@ -49,6 +65,7 @@ def serve(app_spec: str, host: str, port: int, public_read: bool, with_worker: b
             token=os.environ.get("TICKWORK_API_TOKEN"),
             public_read=public_read,
             worker_concurrency=concurrency if with_worker else None,
+            session_ttl=ttl,
         )
     except (ServeConfigError, TickworkError) as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(one_line(REDACTOR.scrub(str(exc)))) from exc

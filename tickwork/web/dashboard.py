@@ -1,15 +1,23 @@
 """The dashboard: server-rendered pages over the same App the API uses.
 
 Reading needs a signed-in session (or ``--public-read``); every form posts with the
-session's CSRF token, checked before anything changes. Query parameters are parsed
-leniently here (a bad filter shows everything, with a note) because a person typed
-them; the API is the strict interface.
+session's CSRF token, checked before anything changes. Signing out ends the session on
+every server of the database (its id is kept as revoked until its cookie would have
+expired). Query parameters are parsed leniently here (a bad filter shows everything,
+with a note) because a person typed them; the API is the strict interface.
+
+Every page needs the database and runs through ``Database.guard``: while it is away a
+page is a 503 (which refreshes itself) within about a second. A task row that cannot be
+decoded is listed with a marker, and its page says why (``reading``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
+import threading
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 from urllib.parse import quote, urlencode
 
@@ -17,15 +25,22 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from tickwork.app import App
+from tickwork.clock import utcnow
 from tickwork.errors import InvalidInput, InvalidState, TaskNotFound, TickworkError
 from tickwork.model import Execution, ExecutionStatus, Status, Task
+from tickwork.store.sessions import revocations
+from tickwork.web import reading
 from tickwork.web.auth import LOGIN_COOKIE, SESSION_COOKIE, Auth, Session, csrf_ok, new_login_nonce
+from tickwork.web.database import Database
 from tickwork.web.listing import find_tasks
+from tickwork.web.reading import Undecodable
 from tickwork.web.schemas import plain_text
 from tickwork.web.views import FAILURE_STATUSES, environment
 
 PAGE_SIZE = 50
 RECENT = 15
+REVOKED_CACHE = 10_000
+"""Signed-out session ids remembered by this process (a signed-out session never comes back)."""
 REFRESH_SECONDS = 5
 ACTIONS = ("cancel", "pause", "resume", "trigger")
 DONE = {
@@ -53,19 +68,71 @@ class Viewer:
         return self.session.csrf if self.session else ""
 
 
-def router(app: App, auth: Auth) -> APIRouter:
-    env = environment()
+@functools.cache
+def _environment() -> Any:
+    return environment()
+
+
+def error_page(
+    request: Request, status: int, title: str, message: str, headers: dict[str, str] | None = None, *, has_token: bool
+) -> HTMLResponse:
+    """An error as a page, without the database (the page refreshes itself)."""
+    html = _environment().get_template("error.html").render(
+        viewer=Viewer(None, False, has_token), path=request.url.path, refresh=REFRESH_SECONDS, now=utcnow(),
+        title=title, message=message,
+    )  # fmt: skip
+    return HTMLResponse(html, status_code=status, headers=headers)
+
+
+class SignedOut:
+    """Which sessions signed out: the database's list, with the ids seen revoked
+    remembered here (a revoked id stays revoked)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self._known: set[str] = set()
+        self._lock = threading.Lock()
+
+    def revoked(self, session: Session) -> bool:
+        if session.id in self._known:
+            return True
+        if not revocations(self.app.store).session_revoked(session.id):
+            return False
+        self._remember(session.id)
+        return True
+
+    def revoke(self, session: Session, until: datetime) -> None:
+        revocations(self.app.store).revoke_session(session.id, until)
+        self._remember(session.id)
+
+    def _remember(self, session_id: str) -> None:
+        with self._lock:
+            if len(self._known) >= REVOKED_CACHE:
+                self._known.clear()
+            self._known.add(session_id)
+
+
+def router(app: App, auth: Auth, db: Database) -> APIRouter:
+    env = _environment()
+    guard = db.guard
+    signed_out = SignedOut(app)
     r = APIRouter(include_in_schema=False)
 
     def viewer(request: Request) -> Viewer:
+        known: Viewer | None = getattr(request.state, "viewer", None)
+        if known is not None:
+            return known
         session = auth.session(request.cookies.get(SESSION_COOKIE))
-        return Viewer(session, session is not None or auth.public_read, auth.has_token)
+        if session is not None and signed_out.revoked(session):
+            session = None
+        request.state.viewer = found = Viewer(session, session is not None or auth.public_read, auth.has_token)
+        return found
 
     def render(
         request: Request, template: str, status: int = 200, *, refresh: int = REFRESH_SECONDS, **context: Any
     ) -> HTMLResponse:
         html = env.get_template(template).render(
-            viewer=viewer(request), path=request.url.path, refresh=refresh, now=app.store.approximate_now(), **context
+            viewer=viewer(request), path=request.url.path, refresh=refresh, now=db.now(), **context
         )
         return HTMLResponse(html, status_code=status)
 
@@ -79,12 +146,13 @@ def router(app: App, auth: Auth) -> APIRouter:
         return RedirectResponse(f"/login?next={quote(target)}", status_code=303)
 
     @r.get("/")
+    @guard
     def overview(request: Request) -> Response:
         if not viewer(request).can_read:
             return to_login(request)
         stats = app.stats()
         total = sum(stats.by_status.values())
-        newest = list(reversed(app.tasks(limit=RECENT, offset=max(0, total - RECENT))))
+        newest = list(reversed(reading.tasks(app, status=None, name=None, limit=RECENT, offset=max(0, total - RECENT))))
         failures = sorted(
             [run for status in FAILURE_STATUSES for run in app.executions(status=status, limit=5)],
             key=lambda run: run.id,
@@ -107,6 +175,7 @@ def router(app: App, auth: Auth) -> APIRouter:
         )
 
     @r.get("/tasks")
+    @guard
     def tasks(request: Request, status: str = "", name: str = "", q: str = "", offset: str = "0") -> Response:
         if not viewer(request).can_read:
             return to_login(request)
@@ -138,6 +207,7 @@ def router(app: App, auth: Auth) -> APIRouter:
         )
 
     @r.get("/tasks/{task_id}")
+    @guard
     def task_page(request: Request, task_id: str, done: str = "") -> Response:
         if not viewer(request).can_read:
             return to_login(request)
@@ -147,14 +217,19 @@ def router(app: App, auth: Auth) -> APIRouter:
         request: Request, task_id: str, *, notice: str | None = None, error: str | None = None, status: int = 200
     ) -> Response:
         try:
-            task = app.get(_id(task_id))
-            runs = app.executions(task.id, limit=PAGE_SIZE)
+            task = reading.task(app, _id(task_id))
         except (TaskNotFound, InvalidInput):
             return problem(request, 404, "Not found", f"No task {task_id}.")
+        if isinstance(task, Undecodable):  # what can be read of it, why the rest cannot, and its runs
+            runs = app.store.list_executions(task_id=task.id, limit=PAGE_SIZE)
+            return render(
+                request, "undecodable.html", status, title=f"Task {task.id}", row=task, runs=runs, error=error
+            )
+        runs = app.executions(task.id, limit=PAGE_SIZE)
         parent = None
         if task.parent_id is not None:
             try:
-                parent = app.get(task.parent_id)
+                parent = reading.task(app, task.parent_id)
             except TaskNotFound:
                 parent = None
         return render(
@@ -171,6 +246,7 @@ def router(app: App, auth: Auth) -> APIRouter:
         )
 
     @r.post("/tasks/{task_id}/{action}")
+    @guard
     def act(request: Request, task_id: str, action: str, csrf: Annotated[str, Form()] = "") -> Response:
         who = viewer(request)
         if who.session is None:
@@ -181,6 +257,7 @@ def router(app: App, auth: Auth) -> APIRouter:
             return problem(request, 404, "Not found", "No such action.")
         try:
             ident = _id(task_id)
+            reading.decodable(app, ident, action)
             if action == "cancel":
                 app.cancel(ident)
             elif action == "pause":
@@ -198,6 +275,7 @@ def router(app: App, auth: Auth) -> APIRouter:
         return RedirectResponse(f"/tasks/{ident}?done={action}", status_code=303)
 
     @r.get("/runs")
+    @guard
     def runs(request: Request, status: str = "") -> Response:
         if not viewer(request).can_read:
             return to_login(request)
@@ -216,12 +294,14 @@ def router(app: App, auth: Auth) -> APIRouter:
         )
 
     @r.get("/nodes")
+    @guard
     def nodes(request: Request) -> Response:
         if not viewer(request).can_read:
             return to_login(request)
         return render(request, "nodes.html", title="Nodes", nodes=app.nodes())
 
     @r.get("/login")
+    @guard
     def login_form(request: Request, next: str = "/") -> Response:
         return login_page(request, next)
 
@@ -242,6 +322,7 @@ def router(app: App, auth: Auth) -> APIRouter:
         return response
 
     @r.post("/login")
+    @guard
     def login(
         request: Request,
         token: Annotated[str, Form()] = "",
@@ -268,10 +349,15 @@ def router(app: App, auth: Auth) -> APIRouter:
         return response
 
     @r.post("/logout")
+    @guard
     def logout(request: Request, csrf: Annotated[str, Form()] = "") -> Response:
         who = viewer(request)
-        if who.session is not None and not csrf_ok(who.csrf, csrf):
-            return problem(request, 403, "Forbidden", "The form expired: reload the page.")
+        if who.session is not None:
+            if not csrf_ok(who.csrf, csrf):
+                return problem(request, 403, "Forbidden", "The form expired: reload the page.")
+            # Ended everywhere: a copy of the cookie is refused by every server from now on.
+            until = datetime.fromtimestamp(auth.expires_at(who.session), UTC)
+            signed_out.revoke(who.session, until)
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response
@@ -297,7 +383,7 @@ def _names(app: App, runs: list[Execution]) -> dict[int, str]:
     for run in runs:
         if run.task_id not in names:
             try:
-                names[run.task_id] = app.get(run.task_id).name
+                names[run.task_id] = reading.task(app, run.task_id).name or "?"
             except TaskNotFound:
                 names[run.task_id] = "?"
     return names

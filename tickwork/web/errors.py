@@ -22,12 +22,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, QueueFull, StoreError, TaskNotFound
+from tickwork.web.database import DatabaseUnavailable
 from tickwork.web.schemas import ErrorOut
 
 log = logging.getLogger("tickwork.web")
 
 
-# What a 429 asks the client to wait, in seconds.
+# What a 429 (and a 503 of a store error) asks the client to wait, in seconds.
 RETRY_AFTER_S = 5
 
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
@@ -62,10 +63,21 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorOut, "description": text[code]} for code in codes}
 
 
-def install(api: FastAPI, is_transient: Callable[[BaseException], bool]) -> None:
+Page = Callable[..., Response]
+"""``page(request, status, title, message, headers=...)``: an error as a dashboard page."""
+API_PATHS = ("/api/", "/healthz", "/metrics", "/openapi.json", "/static/")
+
+
+def wants_page(request: Request) -> bool:
+    """A person's browser asking for a dashboard page (not an API client)."""
+    return not request.url.path.startswith(API_PATHS) and "text/html" in request.headers.get("accept", "")
+
+
+def install(api: FastAPI, is_transient: Callable[[BaseException], bool], *, page: Page | None = None) -> None:
     """Register the handlers that turn exceptions into ``ErrorOut`` answers.
 
-    ``is_transient`` tells a database that is away (503, worth retrying) from a bug (500)."""
+    ``is_transient`` tells a database that is away (503, worth retrying) from a bug (500).
+    ``page`` renders the 503 of a database that is away as a dashboard page, for browsers."""
 
     async def payload_too_large(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, PayloadTooLarge)
@@ -87,9 +99,20 @@ def install(api: FastAPI, is_transient: Callable[[BaseException], bool]) -> None
     async def conflict(request: Request, exc: Exception) -> Response:
         return error_response(409, "conflict", str(exc))
 
+    def away(request: Request, retry_after: int) -> Response:
+        message = "the database cannot be used now: see the server log"
+        headers = {"Retry-After": str(retry_after)}
+        if page is not None and wants_page(request):
+            return page(request, 503, "Database unavailable", f"{message}; this page retries by itself.", headers)
+        return error_response(503, "unavailable", message, **headers)
+
     async def unavailable(request: Request, exc: Exception) -> Response:
         log.warning("store unavailable: %s", exc)  # the details may quote the database URL: log only
-        return error_response(503, "unavailable", "the database cannot be used: see the server log")
+        return away(request, RETRY_AFTER_S)
+
+    async def database_away(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, DatabaseUnavailable)  # logged by the watcher, once per outage
+        return away(request, exc.retry_after)
 
     async def unauthorized(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, Unauthorized)
@@ -120,6 +143,7 @@ def install(api: FastAPI, is_transient: Callable[[BaseException], bool]) -> None
     api.add_exception_handler(QueueFull, queue_full)
     api.add_exception_handler(TaskNotFound, not_found)
     api.add_exception_handler(InvalidState, conflict)
+    api.add_exception_handler(DatabaseUnavailable, database_away)
     api.add_exception_handler(StoreError, unavailable)
     api.add_exception_handler(Unauthorized, unauthorized)
     api.add_exception_handler(RequestValidationError, request_invalid)

@@ -12,6 +12,8 @@ import dataclasses
 
 from tickwork.app import App
 from tickwork.model import Status, Task
+from tickwork.web import reading
+from tickwork.web.reading import Undecodable
 
 SCAN_LIMIT = 5000
 """Most tasks one search request looks at."""
@@ -20,7 +22,8 @@ SCAN_CHUNK = 500
 
 @dataclasses.dataclass(frozen=True)
 class Page:
-    items: list[Task]
+    items: list[Task | Undecodable]
+    """Tasks, and rows that cannot be decoded in their places."""
     limit: int
     offset: int
     next_offset: int | None
@@ -33,22 +36,22 @@ def find_tasks(app: App, *, status: Status | None, name: str | None, q: str | No
     """Tasks in id order matching ``status`` and ``name`` exactly, and ``q`` as a
     case-insensitive substring of the name."""
     if not q:
-        rows = app.tasks(status=status, name=name, limit=limit + 1, offset=offset)
+        rows = reading.tasks(app, status=status, name=name, limit=limit + 1, offset=offset)
         more = len(rows) > limit
         items = rows[:limit]
         return Page(items, limit, offset, offset + len(items) if more else None, len(items))
     needle = q.casefold()
-    found: list[Task] = []
+    found: list[Task | Undecodable] = []
     position = offset
     scanned = 0
     exhausted = False
     while len(found) < limit and scanned < SCAN_LIMIT:
         want = min(SCAN_CHUNK, SCAN_LIMIT - scanned)
-        chunk = app.tasks(status=status, name=name, limit=want, offset=position)
+        chunk = reading.tasks(app, status=status, name=name, limit=want, offset=position)
         consumed = 0
         for task in chunk:
             consumed += 1
-            if needle in task.name.casefold():
+            if needle in (task.name or "").casefold():
                 found.append(task)
                 if len(found) == limit:
                     break

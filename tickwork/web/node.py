@@ -1,6 +1,6 @@
 """A worker node inside the server process (``tickwork serve --with-worker``), for small
 deployments that want one process: the node runs on a thread of its own, starts with the
-server and is stopped gracefully (its runs drained within ``shutdown_grace``) when the
+server once the database can be used and is stopped gracefully (its runs drained within ``shutdown_grace``) when the
 server shuts down.
 
 The node is supervised: if it dies, the process is asked to stop (SIGTERM, which the
@@ -14,8 +14,10 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from tickwork.app import App
+from tickwork.web.database import Database
 from tickwork.worker import Worker
 
 log = logging.getLogger("tickwork.web")
@@ -26,12 +28,27 @@ def stop_process() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _node(app: App, concurrency: int) -> Worker:
+    """The App's node (``App.worker()`` where the App builds its nodes, else a Worker on it)."""
+    factory = getattr(app, "worker", None)
+    if callable(factory):
+        node: Worker = factory(concurrency=concurrency)
+        return node
+    build: Any = Worker
+    return build(app, concurrency=concurrency)  # type: ignore[no-any-return]
+
+
 class BackgroundWorker:
-    def __init__(self, app: App, concurrency: int, *, on_crash: Callable[[], None] = stop_process) -> None:
+    def __init__(
+        self, app: App, concurrency: int, db: Database, *, on_crash: Callable[[], None] = stop_process
+    ) -> None:
         self.app = app
-        self.worker = Worker(app, concurrency=concurrency)
+        self.concurrency = concurrency
+        self.db = db
+        self.worker: Worker | None = None
         self._on_crash = on_crash
-        self._stopping = False
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="tickwork-node", daemon=True)
 
     def start(self) -> None:
@@ -39,20 +56,31 @@ class BackgroundWorker:
 
     def stop(self) -> None:
         """Stop claiming, let running tasks finish within ``shutdown_grace``, then return."""
-        self._stopping = True
-        self.worker.stop()
+        with self._lock:
+            self._stopping.set()
+            worker = self.worker
+        if worker is not None:
+            worker.stop()
         self._thread.join(self.app.shutdown_grace + JOIN_SLACK_S)
         if self._thread.is_alive():
-            log.warning("node %s did not stop within its shutdown grace", self.worker.node_id)
+            log.warning("node %s did not stop within its shutdown grace", worker.node_id if worker else "-")
 
     def _run(self) -> None:
+        # The node starts once the database can be used: the server answers (503s) meanwhile.
+        while not self.db.wait_available(1.0):
+            if self._stopping.is_set():
+                return
         try:
-            self.worker.run(install_signals=False)
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                self.worker = worker = _node(self.app, self.concurrency)
+            worker.run(install_signals=False)
         except BaseException:
-            log.exception("node %s died", self.worker.node_id)
-            if not self._stopping:
+            log.exception("the in-process node died")
+            if not self._stopping.is_set():
                 self._on_crash()
             return
-        if not self._stopping:
-            log.error("node %s stopped by itself: stopping the server", self.worker.node_id)
+        if not self._stopping.is_set():
+            log.error("node %s stopped by itself: stopping the server", worker.node_id)
             self._on_crash()

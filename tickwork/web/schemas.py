@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt
 
@@ -143,6 +143,22 @@ class TaskOut(BaseModel):
     max_runtime: float | None
 
 
+class UndecodableTaskOut(BaseModel):
+    """A task row that cannot be decoded (written by something other than tickwork): it
+    stands in the task's place, saying what can be read of it and why the rest cannot.
+    Repair or delete the row; operations on it answer 409."""
+
+    id: int
+    name: str | None = Field(description="The stored name, if it can be read.")
+    status: str | None = Field(description="The stored status text, if it can be read.")
+    undecodable: Annotated[Literal[True], Field(description="Always true: tells this shape from a task's.")] = True
+    reason: str = Field(description="Why the row cannot be decoded.")
+
+
+AnyTaskOut = TaskOut | UndecodableTaskOut
+"""A task, or the row in its place that cannot be decoded (``undecodable: true``)."""
+
+
 class ErrorInfoOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -196,7 +212,7 @@ class StatsOut(BaseModel):
 
 
 class TaskPage(BaseModel):
-    items: list[TaskOut]
+    items: list[AnyTaskOut] = Field(description="Tasks in id order; a row that cannot be decoded is in its place.")
     limit: int
     offset: int
     next_offset: int | None = Field(description="Where the next page starts; null on the last page.")

@@ -13,8 +13,9 @@ import logging
 import uvicorn
 
 from tickwork.app import App
+from tickwork.redact import REDACTOR
 from tickwork.web.app import create_app
-from tickwork.web.auth import TokenConfigError, check_token
+from tickwork.web.auth import SESSION_TTL, TokenConfigError, check_token
 
 log = logging.getLogger("tickwork.web")
 
@@ -62,12 +63,26 @@ def serve(
     token: str | None = None,
     public_read: bool = False,
     worker_concurrency: int | None = None,
+    session_ttl: float = SESSION_TTL,
 ) -> None:
-    """Serve until SIGINT/SIGTERM (then drain the in-process node, if any)."""
+    """Serve until SIGINT/SIGTERM (then drain the in-process node, if any). Listening
+    starts at once: the database is opened in the background (503s until it can be used)."""
     public = access(host, token, public_read)
     # Open reads: only requests addressed to this server by name (no DNS rebinding).
     hosts = [*LOOPBACK_NAMES, host] if public else None
     server = create_app(
-        app, token=token, public_read=public, worker_concurrency=worker_concurrency, allowed_hosts=hosts
+        app,
+        token=token,
+        public_read=public,
+        worker_concurrency=worker_concurrency,
+        allowed_hosts=hosts,
+        session_ttl=session_ttl,
     )
-    uvicorn.run(server, host=host, port=port, log_level="info", server_header=False)
+    config = uvicorn.Config(server, host=host, port=port, log_level="info", server_header=False)
+    # uvicorn set up its loggers just now: mask secrets in everything they write (the
+    # access log's query strings included), as in every other log line.
+    REDACTOR.add_url(app.url)
+    REDACTOR.add_url(app.redis_url)
+    REDACTOR.add_secrets([token])
+    REDACTOR.install("uvicorn", "uvicorn.error", "uvicorn.access")
+    uvicorn.Server(config).run()

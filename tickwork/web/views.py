@@ -16,6 +16,7 @@ import jinja2
 from tickwork.cron import CronSchedule
 from tickwork.errors import TickworkError
 from tickwork.model import Execution, ExecutionStatus, Status, Task
+from tickwork.web.reading import Undecodable
 
 FAILURE_STATUSES = (ExecutionStatus.FAILED.value, ExecutionStatus.TIMED_OUT.value)
 
@@ -37,6 +38,7 @@ def environment() -> jinja2.Environment:
         status_class=status_class,
         schedule=schedule_text,
     )
+    env.tests["undecodable"] = lambda value: isinstance(value, Undecodable)
     env.globals.update(
         duration=duration,
         lateness=lateness,
