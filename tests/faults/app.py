@@ -35,7 +35,7 @@ app = App(
 )
 
 
-class Recorder:
+class Trace:
     """The lines of one run."""
 
     def __init__(self, ctx: Context) -> None:
@@ -62,7 +62,7 @@ class Recorder:
 
 def _work(ctx: Context, seconds: float) -> str:
     """Record the start, work ``seconds`` (stopping early when cancelled), record the end."""
-    rec = Recorder(ctx)
+    rec = Trace(ctx)
     rec.write("start")
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -109,7 +109,7 @@ RAISES: dict[str, type[BaseException]] = {
 
 
 def _raise(ctx: Context, kind: str) -> None:
-    rec = Recorder(ctx)
+    rec = Trace(ctx)
     rec.write("start")
     rec.write("end")  # its work is done; raising is all that is left
     raise RAISES[kind](f"{kind} raised by task {ctx.task_id}")
@@ -133,14 +133,14 @@ def raise_base_process(ctx: Context, kind: str) -> None:
 
 @app.task(name="faults.os_exit")
 def os_exit(ctx: Context, code: int = 3) -> None:
-    rec = Recorder(ctx)
+    rec = Trace(ctx)
     rec.write("start")
     os._exit(code)
 
 
 @app.task(name="faults.os_exit_process", isolation="process")
 def os_exit_process(ctx: Context, code: int = 3) -> None:
-    rec = Recorder(ctx)
+    rec = Trace(ctx)
     rec.write("start")
     os._exit(code)
 
@@ -153,7 +153,7 @@ def _forever() -> None:
 @app.task(name="faults.leak_thread")
 def leak_thread(ctx: Context) -> str:
     """Leaves a non-daemon thread running behind it."""
-    rec = Recorder(ctx)
+    rec = Trace(ctx)
     rec.write("start")
     thread = threading.Thread(target=_forever, name=f"leaked-by-task-{ctx.task_id}", daemon=False)
     thread.start()
@@ -163,7 +163,7 @@ def leak_thread(ctx: Context) -> str:
 
 @app.task(name="faults.non_json")
 def non_json(ctx: Context) -> Any:
-    rec = Recorder(ctx)
+    rec = Trace(ctx)
     rec.write("start")
     rec.write("end")
     return {"when": object(), "set": {1, 2}}
@@ -174,7 +174,7 @@ BIG = 10 * 1024 * 1024
 
 @app.task(name="faults.big_result")
 def big_result(ctx: Context) -> str:
-    rec = Recorder(ctx)
+    rec = Trace(ctx)
     rec.write("start")
     rec.write("end")
     return "x" * BIG
@@ -182,7 +182,7 @@ def big_result(ctx: Context) -> str:
 
 @app.task(name="faults.big_result_process", isolation="process")
 def big_result_process(ctx: Context) -> str:
-    rec = Recorder(ctx)
+    rec = Trace(ctx)
     rec.write("start")
     rec.write("end")
     return "x" * BIG
@@ -190,6 +190,6 @@ def big_result_process(ctx: Context) -> str:
 
 @app.task(name="faults.segfault", isolation="process")
 def segfault(ctx: Context) -> None:
-    rec = Recorder(ctx)
+    rec = Trace(ctx)
     rec.write("start")
     ctypes.string_at(0)  # reads address 0: SIGSEGV

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from tests.faults.harness import Case
 from tests.faults.nodes import Fleet
 from tests.faults.proxy import TcpProxy
-from tests.faults.servers import PrivatePostgres, PrivateRedis, unavailable
+from tests.faults.servers import PrivatePostgres, PrivateRedis, SqliteWriteLock, unavailable
 
 
 @pytest.fixture
@@ -86,38 +85,6 @@ def small_tmpfs() -> Iterator[Path]:
             subprocess.run(["umount", "-l", str(folder)], capture_output=True)  # still open: detach now
         with contextlib.suppress(OSError):
             folder.rmdir()
-
-
-class SqliteWriteLock:
-    """Another process holding SQLite's write lock (``BEGIN IMMEDIATE``) until released."""
-
-    def __init__(self, path: str) -> None:
-        script = (
-            "import sqlite3, sys\n"
-            f"c = sqlite3.connect({path!r}, timeout=60, isolation_level=None)\n"
-            "c.execute('BEGIN IMMEDIATE')\n"
-            "print('locked', flush=True)\n"
-            "sys.stdin.read()\n"
-            "c.execute('ROLLBACK')\n"
-        )
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()  # blocks until the lock is held (or the process failed)
-        if line.strip() != "locked":
-            raise RuntimeError(f"the lock holder failed: {line!r}")
-
-    def release(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            self.proc.wait(10)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 @pytest.fixture

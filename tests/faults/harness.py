@@ -18,6 +18,7 @@ import dataclasses
 import json
 import math
 import re
+import sqlite3
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -25,8 +26,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import redis
+
 from tests.faults.nodes import Fleet, Node
-from tickwork import App, ExecutionStatus, Status
+from tickwork import App, ExecutionStatus, Status, TickworkError
 
 LEASE = 5.0
 HEARTBEAT = 0.5
@@ -57,8 +61,8 @@ def eventually(condition: Callable[[], object], timeout: float, interval: float 
         try:
             if condition():
                 return True
-        except Exception:  # the store may still be away: keep asking until the deadline
-            pass
+        except (TickworkError, psycopg.Error, sqlite3.Error, redis.RedisError, OSError):
+            pass  # the store may still be away: keep asking until the deadline
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
@@ -222,7 +226,7 @@ class Case:
         for node in nodes:
             if not node.alive():
                 continue
-            code = node.terminate(grace + 15.0)
+            code = node.terminate(grace + 5.0)
             self.check(code == 0, f"node {node.label}: graceful stop ended with {code} (None: still running)")
 
     # -- the fault ------------------------------------------------------------------

@@ -30,10 +30,6 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
-    @property
-    def url_host_port(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
     def start(self) -> TcpProxy:
         self._thread.start()
         self._call(self._start())

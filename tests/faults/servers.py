@@ -15,12 +15,15 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import psycopg
 import redis
+
+from tests.test_redis_nodes import PrivateRedis as RedisServer
 
 NODE_APPNAME = "tickwork-faults-node"
 """``application_name`` of every node's connections (PGAPPNAME), to terminate only theirs."""
@@ -209,49 +212,15 @@ class PrivatePostgres:
         return int(row[0]) if row else 0
 
 
-class PrivateRedis:
-    """A Redis server of a test's own: killed, restarted (empty) and flushed at will."""
+class PrivateRedis(RedisServer):
+    """A Redis server of a test's own (the one tests/test_redis_nodes.py starts), that a
+    test may also kill, start again (empty) and flush."""
 
-    def __init__(self, folder: Path) -> None:
-        if shutil.which("redis-server") is None:
-            unavailable("redis-server is not installed")
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.folder = folder
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            cwd=self.folder,
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while not self.answers():
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("private redis-server did not start")
-            time.sleep(0.02)  # redis-server starting up
+    def kill(self) -> None:
+        self.stop()
 
     def _client(self) -> redis.Redis:
         return redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1)
-
-    def answers(self) -> bool:
-        client = self._client()
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
 
     def flush(self) -> None:
         client = self._client()
@@ -266,3 +235,35 @@ class PrivateRedis:
             return list(client.scan_iter(match=pattern))
         finally:
             client.close()
+
+
+class SqliteWriteLock:
+    """Another process holding SQLite's write lock (``BEGIN IMMEDIATE``) until released."""
+
+    def __init__(self, path: str) -> None:
+        script = (
+            "import sqlite3, sys\n"
+            f"c = sqlite3.connect({path!r}, timeout=60, isolation_level=None)\n"
+            "c.execute('BEGIN IMMEDIATE')\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.read()\n"
+            "c.execute('ROLLBACK')\n"
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # blocks until the lock is held (or the process failed)
+        if line.strip() != "locked":
+            raise RuntimeError(f"the lock holder failed: {line!r}")
+
+    def release(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(10)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)

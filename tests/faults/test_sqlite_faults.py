@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import SqliteWriteLock
 from tests.faults.harness import Case
+from tests.faults.servers import SqliteWriteLock
 from tickwork import TickworkError
 
 pytestmark = pytest.mark.faults
