@@ -13,7 +13,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from tickwork import validate
 from tickwork.clock import Clock, utcnow
@@ -23,10 +23,15 @@ from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNot
 from tickwork.events import Events, Hook
 from tickwork.locks import RedisLocks
 from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Stats, Status, Task
+from tickwork.node.settings import NodeSettings
 from tickwork.node_locks import NodeLocks, RedisMode
 from tickwork.registry import Isolation, Registry, TaskOptions
 from tickwork.schedules import IntervalSchedule, decide, first_slot_from, jitter_offset, schedule_of
 from tickwork.store import NewTask, Skipping, Store, open_store
+
+if TYPE_CHECKING:
+    from tickwork.autoscale import Autoscaler
+    from tickwork.worker import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -581,15 +586,47 @@ class App:
         ``prefetch``: claims held beyond the busy slots; None adapts it to how long runs
         take (see ``worker.Prefetch``), 0 claims only free slots."""
         from tickwork.autoscale import Autoscaler
-        from tickwork.worker import Worker
 
         autoscaler = None
         if max_concurrency is not None:
             autoscaler = Autoscaler(
                 concurrency, max_concurrency, scale_up_age=scale_up_age, scale_down_after=scale_down_after
             )
-        Worker(self, concurrency=concurrency, prefetch=prefetch, autoscaler=autoscaler).run(
+        self.worker(concurrency=concurrency, prefetch=prefetch, autoscaler=autoscaler).run(
             install_signals=install_signals
+        )
+
+    def node_settings(self) -> NodeSettings:
+        return NodeSettings(
+            lease=self.lease,
+            heartbeat=self.heartbeat,
+            poll_interval=self.poll_interval,
+            shutdown_grace=self.shutdown_grace,
+            max_payload=self.max_payload,
+        )
+
+    def worker(
+        self,
+        *,
+        concurrency: int = 8,
+        prefetch: int | None = None,
+        autoscaler: Autoscaler | None = None,
+        node_id: str | None = None,
+    ) -> Worker:
+        """A node for this App's tasks, store, hooks and settings (not started: ``run()``)."""
+        from tickwork.worker import Worker
+
+        return Worker(
+            self.store,
+            self.registry,
+            self.node_settings(),
+            events=self.events,
+            wakeup=self.wakeup,
+            locks=self.node_locks(),
+            concurrency=concurrency,
+            prefetch=prefetch,
+            node_id=node_id,
+            autoscaler=autoscaler,
         )
 
 

@@ -26,25 +26,24 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from types import FrameType
-from typing import TYPE_CHECKING
 
 from tickwork.autoscale import Autoscaler
 from tickwork.clock import utcnow
 from tickwork.context import Context
-from tickwork.events import for_outcome
+from tickwork.errors import InvalidInput
+from tickwork.events import Events, for_outcome
 from tickwork.executor import CancelReason, Executor, Run, RunResult
 from tickwork.isolation import prepare
 from tickwork.metrics import RUNNING, SLOTS, STALE_RESULTS, TaskMetrics
-from tickwork.model import ErrorInfo, ExecutionStatus, Node, Overlap
+from tickwork.model import Claim, ErrorInfo, ExecutionStatus, Node, Outcome, Overlap, Renewal
+from tickwork.node.settings import NodeSettings
+from tickwork.node_locks import NodeLocks
 from tickwork.reconciler import reconcile
 from tickwork.recorder import Recorder
-from tickwork.registry import Isolation
+from tickwork.registry import Isolation, Registry
 from tickwork.renewer import Renewer
 from tickwork.schedules import decide, failed_outcome, outcome_of, schedule_of, skipped_outcome
-from tickwork.store.base import Claim, Outcome, Renewal
-
-if TYPE_CHECKING:
-    from tickwork.app import App
+from tickwork.store.base import Store
 
 log = logging.getLogger("tickwork.worker")
 
@@ -144,34 +143,45 @@ class RunThreads:
 
 
 class Worker:
+    """A node, built from its collaborators (``App.worker()`` composes one for an App)."""
+
     def __init__(
         self,
-        app: App,
+        store: Store,
+        registry: Registry,
+        settings: NodeSettings,
         *,
+        events: Events | None = None,
+        wakeup: threading.Event | None = None,
+        locks: NodeLocks | None = None,
         concurrency: int = 8,
         prefetch: int | None = None,
         node_id: str | None = None,
         autoscaler: Autoscaler | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency={concurrency}: must be at least 1")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidInput("concurrency", concurrency, "must be an integer of at least 1")
         self.autoscaler = autoscaler
         if autoscaler is not None:
             concurrency = autoscaler.minimum
         self._next_scale_check = 0.0
-        self.app = app
-        if prefetch is not None and prefetch < 0:
-            raise ValueError(f"prefetch={prefetch}: must be >= 0")
+        self.settings = settings
+        self.registry = registry
+        self.events = events if events is not None else Events(None, None)
+        self.wakeup = wakeup if wakeup is not None else threading.Event()
+        """Set to wake the poll loop: work scheduled in this process, a slot freed, a stop."""
+        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0):
+            raise InvalidInput("prefetch", prefetch, "must be an integer >= 0, or None (adaptive)")
         self.prefetch = Prefetch(concurrency, PREFETCH_CAP_PER_SLOT * concurrency if prefetch is None else prefetch)
         self._adaptive_prefetch = prefetch is None
         self._metrics = TaskMetrics()
         self._locked_elsewhere: dict[int, float] = {}  # task id -> monotonic time to try it again
-        self.store = app.store
+        self.store = store
         self.concurrency = concurrency
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.names = app.registry.names()
-        self.executor = Executor(app.max_payload)
-        prepare([d.func for d in app.registry if d.options.isolation is Isolation.PROCESS])
+        self.names = registry.names()
+        self.executor = Executor(settings.max_payload)
+        prepare([d.func for d in registry if d.options.isolation is Isolation.PROCESS])
         self._pool = RunThreads(concurrency, self._execute)
         self._runs: dict[int, Run] = {}  # by execution id: one entry per claimed run
         self._runs_lock = threading.Lock()
@@ -188,7 +198,7 @@ class Worker:
         self._renewer = Renewer(self._heartbeat)
         self._kept_locks: set[int] = set()  # unconfirmed runs whose Redis lock was extended
         self._renewal_stuck_since: float | None = None
-        self.locks = app.node_locks()
+        self.locks = locks
         self.started = threading.Event()
         self.stopped = threading.Event()
 
@@ -220,7 +230,7 @@ class Worker:
     def stop(self) -> None:
         """Ask the node to shut down gracefully (thread-safe, returns at once)."""
         self._stopping.set()
-        self.app.wakeup.set()
+        self.wakeup.set()
 
     @property
     def running(self) -> int:
@@ -231,7 +241,7 @@ class Worker:
         """Another process changed something: work may be due now, or a running task's
         cancellation was requested (the monitor renews at once and so learns of it)."""
         if payload != "cancel":
-            self.app.wakeup.set()
+            self.wakeup.set()
         if payload != "due":
             self._beat_now.set()
             self._monitor_wake.set()
@@ -239,7 +249,7 @@ class Worker:
     # -- poll loop ------------------------------------------------------------------
 
     def _poll_loop(self) -> None:
-        wakeup = self.app.wakeup
+        wakeup = self.wakeup
         failures, failing_since = 0, 0.0
         while not self._stopping.is_set():
             if self._monitor_failed is not None:
@@ -253,13 +263,13 @@ class Worker:
             if extra and running and free < capacity // CLAIM_BATCH_DIVISOR:
                 # Runs are short and slots refill faster than a round trip: let a batch's
                 # worth free up so that one claim fills it (a finishing run wakes us).
-                wakeup.wait(self.app.poll_interval)
+                wakeup.wait(self.settings.poll_interval)
                 wakeup.clear()
                 continue
             claimed = 0
             attempted_at: datetime | None = None
             if free > 0 and self.locks is not None and not self.locks.may_start():
-                wakeup.wait(self.app.poll_interval)  # redis_mode="required" and Redis is down
+                wakeup.wait(self.settings.poll_interval)  # redis_mode="required" and Redis is down
                 wakeup.clear()
                 continue
             if free > 0:
@@ -267,14 +277,14 @@ class Worker:
                 try:
                     started = time.monotonic()
                     claims = self.store.claim(
-                        self.node_id, self.names, free, self.app.lease, exclude=self._locked_elsewhere_ids()
+                        self.node_id, self.names, free, self.settings.lease, exclude=self._locked_elsewhere_ids()
                     )
                     if claims:
                         self.prefetch.observe_refill(time.monotonic() - started + self._recorder.write_s)
                 except Exception:
                     self._give_back_lost_claims(attempted_at - CLOCK_MARGIN)
                     failures += 1
-                    pause = min(self.app.poll_interval * failures, MAX_ERROR_PAUSE_S)
+                    pause = min(self.settings.poll_interval * failures, MAX_ERROR_PAUSE_S)
                     if failures == 1:
                         failing_since = time.monotonic()
                         log.exception(
@@ -296,7 +306,7 @@ class Worker:
                 if refused and len(refused) == claimed:
                     # Redis down in required mode, or all locked by live nodes (left out of
                     # the next claims for a while): do not spin on them.
-                    self._stopping.wait(self.app.poll_interval)
+                    self._stopping.wait(self.settings.poll_interval)
                     continue
                 if claimed == free:
                     continue  # every slot filled: more may be due
@@ -320,7 +330,7 @@ class Worker:
             return {}, set()
         taken = self.locks.take(claims)
         if taken.refused:
-            until = time.monotonic() + self.app.heartbeat
+            until = time.monotonic() + self.settings.heartbeat
             for claim in taken.refused:
                 self._locked_elsewhere[claim.task.id] = until
             try:
@@ -373,7 +383,7 @@ class Worker:
         over by that claim: another node is claiming it, or a session outside tickwork
         holds its row locked. Asking again at once would only spin on it: wait for the
         poll interval (new work, a NOTIFY or a finished run still wakes us)."""
-        cap = self.app.poll_interval
+        cap = self.settings.poll_interval
         if idle_slots <= 0:
             return cap  # a finishing run wakes us
         try:
@@ -393,7 +403,7 @@ class Worker:
     def _dispatch(self, claim: Claim, lock_token: str | None = None, *, leased_at: float | None = None) -> None:
         """Hand a claim to the run threads. ``leased_at`` (monotonic) is when the claim
         was sent: its lease runs from no earlier, whatever the reply's delay."""
-        definition = self.app.registry.get(claim.task.name)
+        definition = self.registry.get(claim.task.name)
         if definition is None:  # cannot happen: we only claim registered names
             raise RuntimeError(f"claimed unregistered task {claim.task.name!r}")
         run = Run(claim, definition)
@@ -503,7 +513,7 @@ class Worker:
         """Results are in the store: free the runs' slots, let the poll loop claim, and
         tell the hooks and the webhook what was recorded."""
         self._forget([run for run, _, _ in results])
-        events = self.app.events
+        events = self.events
         for run, outcome, applied in results:
             if applied:
                 started = run.started_at
@@ -521,7 +531,7 @@ class Worker:
                 self._runs.pop(run.execution_id, None)
             RUNNING.set(len(self._runs))
             self._runs_changed.notify_all()
-        self.app.wakeup.set()
+        self.wakeup.set()
 
     # -- monitor: heartbeats, cancellation, timeouts, zombies -------------------------
 
@@ -532,7 +542,7 @@ class Worker:
                 if time.monotonic() >= next_beat or self._beat_now.is_set():
                     self._beat_now.clear()
                     self._ask_for_heartbeat()
-                    next_beat = time.monotonic() + self.app.heartbeat
+                    next_beat = time.monotonic() + self.settings.heartbeat
                 wait = next_beat - time.monotonic()
                 for deadline in (self._enforce_timeouts(), self._cancel_unrenewed()):
                     if deadline is not None:
@@ -541,7 +551,7 @@ class Worker:
                 self._monitor_wake.clear()
         except BaseException as exc:  # supervised: the poll loop stops the node
             self._monitor_failed = exc
-            self.app.wakeup.set()
+            self.wakeup.set()
             raise
 
     def _ask_for_heartbeat(self) -> None:
@@ -557,14 +567,14 @@ class Worker:
                 )
                 self._renewal_stuck_since = None
             return
-        if self._renewal_stuck_since is None and stuck_for >= self.app.heartbeat:
+        if self._renewal_stuck_since is None and stuck_for >= self.settings.heartbeat:
             self._renewal_stuck_since = time.monotonic() - stuck_for
             log.warning(
                 "node %s: cannot renew leases: the store has not answered for %.1f s; runs not renewed "
                 "within %.0f s of their last renewal are stopped before their leases can pass to another node",
                 self.node_id,
                 stuck_for,
-                self.app.lease * LEASE_SAFETY,
+                self.settings.lease * LEASE_SAFETY,
             )
 
     def _heartbeat(self) -> None:
@@ -574,7 +584,7 @@ class Worker:
             runs = [r for r in self._runs.values() if not r.released]
         asked = time.monotonic()  # the lease runs from (at the latest) now, not from the reply
         try:
-            renewals = self.store.renew(self.node_id, [(r.task_id, r.claim.fence) for r in runs], self.app.lease)
+            renewals = self.store.renew(self.node_id, [(r.task_id, r.claim.fence) for r in runs], self.settings.lease)
         except Exception:
             log.warning("renewing leases failed", exc_info=True)
             self._kept_locks = self._extend_locks([], runs)
@@ -633,13 +643,13 @@ class Worker:
             runs = [r for r in self._runs.values() if not (r.released or r.finished or r.cancel_reason)]
         for run in runs:
             leases = 2 if run.execution_id in kept else 1
-            deadline = run.renewed_at + self.app.lease * leases * LEASE_SAFETY
+            deadline = run.renewed_at + self.settings.lease * leases * LEASE_SAFETY
             if now > deadline:
                 log.warning(
                     "task %s: lease not renewed for %.1f s (lease %.0f s); cancelling the run",
                     run.task_id,
                     now - run.renewed_at,
-                    self.app.lease,
+                    self.settings.lease,
                 )
                 run.request_cancel(CancelReason.LOST)
             elif earliest is None or deadline < earliest:
@@ -648,7 +658,7 @@ class Worker:
 
     def _renew_one(self, run: Run) -> bool:
         asked = time.monotonic()
-        renewals = self.store.renew(self.node_id, [(run.task_id, run.claim.fence)], self.app.lease)
+        renewals = self.store.renew(self.node_id, [(run.task_id, run.claim.fence)], self.settings.lease)
         if not renewals:
             STALE_RESULTS.labels(write="heartbeat").inc()
             log.warning("task %s: stale heartbeat from the task: fence %s lost its lease", run.task_id, run.claim.fence)
@@ -683,21 +693,21 @@ class Worker:
         """Zombie recovery, on its own thread so that a slow pass never delays renewals."""
         while not self._monitor_stop.is_set():
             try:
-                node_ttl = max(NODE_TTL_FLOOR_S, 3 * self.app.lease)
+                node_ttl = max(NODE_TTL_FLOOR_S, 3 * self.settings.lease)
                 live = self.locks.live if self.locks is not None else None
                 recovered = reconcile(
                     self.store,
                     node_ttl=node_ttl,
-                    events=self.app.events,
+                    events=self.events,
                     live=live,
-                    lock_grace=self.app.lease,
-                    overrun_grace=self.app.lease,
+                    lock_grace=self.settings.lease,
+                    overrun_grace=self.settings.lease,
                 )
                 if recovered:
-                    self.app.wakeup.set()  # recovered runs are due again: claim them now, not at the next poll
+                    self.wakeup.set()  # recovered runs are due again: claim them now, not at the next poll
             except Exception:
                 log.warning("reconciler pass failed", exc_info=True)
-            self._monitor_stop.wait(self.app.heartbeat)
+            self._monitor_stop.wait(self.settings.heartbeat)
 
     # -- shutdown ---------------------------------------------------------------------
 
@@ -705,10 +715,10 @@ class Worker:
         log.info("node %s stopping: no more claims (a second signal exits at once)", self.node_id)
         self._stopping.set()
         self._release_unstarted()
-        self._drain(self.app.shutdown_grace)
+        self._drain(self.settings.shutdown_grace)
         self._interrupt_remaining()
         self._recorder.stop()
-        self.app.events.close()  # deliver what the last writes announced
+        self.events.close()  # deliver what the last writes announced
         self._monitor_stop.set()
         self._monitor_wake.set()
         if self._monitor is not None:

@@ -55,5 +55,6 @@ def test_a_row_lock_held_30s_on_a_due_task(
     for label, cores in used.items():
         case.check(cores <= CPU_BOUND, f"node {label} used {cores:.2f} cores while the row was locked")
     case.verify(alive=nodes)
+    case.log_lines(nodes, required=False)  # a node whose claims or renewals hit the lock says so, and when it ends
     case.stop_nodes(nodes)
     case.finish()

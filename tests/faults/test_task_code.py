@@ -68,7 +68,7 @@ def test_task_code_raising_systemexit_keyboardinterrupt_or_baseexception(
     case.figure("faulty_tasks", len(tasks))
     case.figure("faulty_ended", sum(case.client.get(i).status.is_terminal for i in tasks.values()))
     slots_free(case, node, len(RAISES))
-    case.verify(alive=[node])
+    case.verify(alive=[node], drain_timeout=20.0)
     case.stop_nodes([node])
     case.finish()
 
@@ -97,7 +97,7 @@ def test_task_code_calling_os_exit_in_a_thread_kills_only_its_node(
         [e.status for e in runs] == [ExecutionStatus.FAILED] and (runs[0].note or "").startswith("lost"),
         f"the dead node's run: {runs}",
     )
-    case.verify(alive=[survivor])
+    case.verify(alive=[survivor], drain_timeout=20.0)
     case.stop_nodes([survivor])
     case.finish()
 
@@ -121,7 +121,7 @@ def test_a_process_task_that_calls_os_exit_or_segfaults(tmp_path: Path, make_cas
             f"task {task_id}: runs {[(e.status.value, e.error) for e in runs]}, expected FAILED saying {expected}",
         )
     slots_free(case, node, 2)
-    case.verify(alive=[node])
+    case.verify(alive=[node], drain_timeout=20.0)
     case.stop_nodes([node])
     case.finish()
 
@@ -138,7 +138,7 @@ def test_a_task_that_leaks_a_thread_does_not_keep_its_node_from_stopping(
     case.fault_ends()
     case.check(case.client.get(leak).status is Status.COMPLETED, f"task {case.client.get(leak).status.value}")
     slots_free(case, node, 2)
-    case.verify(alive=[node])
+    case.verify(alive=[node], drain_timeout=20.0)
     case.stop_nodes([node])  # the leaked thread is not a daemon: it must not hold the exit
     case.finish()
 
@@ -161,6 +161,6 @@ def test_results_that_are_not_json_or_10_mb(tmp_path: Path, make_case: Callable[
             f"{name}: {[(e.status.value, e.note, e.error) for e in runs]}",
         )
     slots_free(case, node, 3)
-    case.verify(alive=[node])
+    case.verify(alive=[node], drain_timeout=20.0)
     case.stop_nodes([node])
     case.finish()
