@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from tests.workers import ROOT
 from tickwork import App, Context
 from tickwork.web import create_app
-from tickwork.worker import Worker
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
@@ -92,7 +91,7 @@ def client_of(application: App, **options: Any) -> TestClient:
 
 def run_worker_until(application: App, condition: Callable[[], object], timeout: float = 20.0) -> None:
     """Run a node on a thread until ``condition()`` holds (checked with a deadline)."""
-    worker = Worker(application, concurrency=2)
+    worker = application.worker(concurrency=2)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:

@@ -13,7 +13,6 @@ from tests.conftest import wait_for
 from tickwork import App, Context, Status
 from tickwork.autoscale import Autoscaler
 from tickwork.cli import main
-from tickwork.worker import Worker
 
 
 class Clock:
@@ -85,7 +84,7 @@ def test_a_node_grows_to_max_under_a_backlog_and_returns_to_min_when_idle(app: A
             inside -= 1
 
     tasks = app.schedule_many([{"task": "t.blocked"} for _ in range(40)])
-    worker = Worker(app, prefetch=0, autoscaler=Autoscaler(2, 8, scale_up_age=0.2, scale_down_after=0.3, step=2))
+    worker = app.worker(prefetch=0, autoscaler=Autoscaler(2, 8, scale_up_age=0.2, scale_down_after=0.3, step=2))
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()
     try:

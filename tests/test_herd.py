@@ -16,7 +16,6 @@ from tests.test_worker import FakeClock
 from tests.workers import Fleet, read_records
 from tickwork import App, Context, ExecutionStatus
 from tickwork.metrics import QueueCollector
-from tickwork.worker import Worker
 
 
 def test_jitter_spreads_one_cron_slot_over_its_window_without_moving_the_slot(sqlite_url: str) -> None:
@@ -30,7 +29,7 @@ def test_jitter_spreads_one_cron_slot_over_its_window_without_moving_the_slot(sq
 
     tasks = app.schedule_many([{"task": "t.tick", "cron": "* * * * *", "jitter": 10} for _ in range(1000)])
     assert {t.scheduled_at for t in tasks} == {slot}
-    worker = Worker(app, concurrency=16)
+    worker = app.worker(concurrency=16)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()
     try:

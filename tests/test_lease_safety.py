@@ -17,12 +17,11 @@ from tests.conftest import wait_for
 from tickwork import App, Context, ExecutionStatus, Status
 from tickwork.model import Kind
 from tickwork.store import NewTask, Store
-from tickwork.worker import Worker
 
 
 class Node:
     def __init__(self, app: App, concurrency: int = 2) -> None:
-        self.worker = Worker(app, concurrency=concurrency)
+        self.worker = app.worker(concurrency=concurrency)
         self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False})
         self.thread.start()
         assert self.worker.started.wait(10)

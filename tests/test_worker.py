@@ -15,12 +15,11 @@ import pytest
 
 from tests.conftest import wait_for
 from tickwork import App, Context, ExecutionStatus, InvalidState, Status
-from tickwork.worker import Worker
 
 
 class Node:
     def __init__(self, app: App, concurrency: int = 4) -> None:
-        self.worker = Worker(app, concurrency=concurrency)
+        self.worker = app.worker(concurrency=concurrency)
         self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False})
         self.thread.start()
         assert self.worker.started.wait(10)
@@ -149,7 +148,7 @@ def test_context_carries_slot_attempt_and_fence(app: App) -> None:
 
 def test_shutdown_gives_back_claims_that_never_started(app: App) -> None:
     """Claims queued behind busy slots are released, not left to lease expiry."""
-    worker = Worker(app, concurrency=1)
+    worker = app.worker(concurrency=1)
     tasks = [app.schedule("t.record") for _ in range(3)]
     claims = app.store.claim(worker.node_id, worker.names, 3, app.lease)
     assert len(claims) == 3
@@ -259,7 +258,7 @@ def test_claim_failures_back_off_instead_of_spinning(app: App, monkeypatch: pyte
 
     app.schedule("t.record")  # always due: a spinning loop would call claim back to back
     node = Node.__new__(Node)
-    node.worker = Worker(app, concurrency=2)
+    node.worker = app.worker(concurrency=2)
     monkeypatch.setattr(node.worker.store, "claim", failing_claim)
     node.thread = threading.Thread(target=node.worker.run, kwargs={"install_signals": False})
     node.thread.start()
@@ -316,7 +315,7 @@ def test_shutdown_interrupts_after_grace_without_using_an_attempt(sqlite_url: st
 def test_a_written_run_never_removes_a_newer_run_of_the_same_task(app: App) -> None:
     from tickwork.executor import Run
 
-    worker = Worker(app, concurrency=2)
+    worker = app.worker(concurrency=2)
     task = app.schedule("t.record")
     [first] = app.store.claim(worker.node_id, worker.names, 1, app.lease)
     definition = app.registry.get("t.record")
@@ -410,7 +409,7 @@ def test_a_prefetched_run_whose_lease_was_lost_never_starts(app: App) -> None:
     def must_not_run(ctx: Context) -> None:
         ran.append(ctx.task_id)
 
-    worker = Worker(app, concurrency=1)
+    worker = app.worker(concurrency=1)
     app.schedule("t.must_not_run")
     [claim] = app.store.claim(worker.node_id, worker.names, 1, app.lease)
     definition = app.registry.get("t.must_not_run")

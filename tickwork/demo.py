@@ -20,7 +20,6 @@ from tickwork.app import App
 from tickwork.context import Context
 from tickwork.errors import StoreError
 from tickwork.model import Execution, ExecutionStatus, Task
-from tickwork.worker import Worker
 
 STATUS_STYLE = {
     ExecutionStatus.RUNNING: "yellow",
@@ -119,7 +118,7 @@ def run_demo(db_path: str, duration: float | None, console: Console) -> int:
     app = make_app(f"sqlite:///{db_path}")
     tasks = schedule_examples(app)
     names = {t.id: t.name for t in tasks}
-    worker = Worker(app, concurrency=4)
+    worker = app.worker(concurrency=4)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, name="tickwork-node")
     thread.start()
     console.print(f"[bold]tickwork demo[/]: node {worker.node_id} on sqlite:///{db_path}")

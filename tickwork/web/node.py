@@ -14,7 +14,6 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from tickwork.app import App
 from tickwork.web.database import Database
@@ -26,16 +25,6 @@ JOIN_SLACK_S = 10.0
 
 def stop_process() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _node(app: App, concurrency: int) -> Worker:
-    """The App's node (``App.worker()`` where the App builds its nodes, else a Worker on it)."""
-    factory = getattr(app, "worker", None)
-    if callable(factory):
-        node: Worker = factory(concurrency=concurrency)
-        return node
-    build: Any = Worker
-    return build(app, concurrency=concurrency)  # type: ignore[no-any-return]
 
 
 class BackgroundWorker:
@@ -74,7 +63,7 @@ class BackgroundWorker:
             with self._lock:
                 if self._stopping.is_set():
                     return
-                self.worker = worker = _node(self.app, self.concurrency)
+                self.worker = worker = self.app.worker(concurrency=self.concurrency)
             worker.run(install_signals=False)
         except BaseException:
             log.exception("the in-process node died")

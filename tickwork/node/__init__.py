@@ -1,0 +1,1 @@
+"""A worker node and its parts (see docs/architecture.md)."""

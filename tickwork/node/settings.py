@@ -1,0 +1,23 @@
+"""The settings a node runs by, checked once (by the App) and handed to the node."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSettings:
+    lease: float = 30.0
+    """Seconds a claim or renewal holds a task; another node may take it over after."""
+    heartbeat: float = 10.0
+    """Seconds between lease renewals (shorter than the lease)."""
+    poll_interval: float = 1.0
+    """Longest sleep between claims when nothing wakes the node."""
+    shutdown_grace: float = 30.0
+    """Seconds running runs get to finish at shutdown before they are interrupted."""
+    max_payload: int = 64 * 1024
+    """Largest JSON result, in bytes, that is stored."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.heartbeat < self.lease:
+            raise ValueError(f"heartbeat={self.heartbeat}: must be positive and shorter than the lease ({self.lease})")
