@@ -16,9 +16,11 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.http_support import APP_SPEC, TOKEN, Served
 from tests.workers import ROOT
+from tickwork import App, StoreError
 
 SECRET = "S3cret"
 QUERY_SECRET = "qsTok3n-value"
@@ -92,3 +94,11 @@ def test_serve_keeps_serving_503s_and_logs_no_secret(tmp_path: Path) -> None:
     assert SECRET not in log and QUERY_SECRET not in log, log
     assert "access_token=***" in log and "token=***&x=1" in log and "api_key=***" in log
     assert "cannot be used" in log  # the outage is logged, masked
+
+
+def test_the_library_never_quotes_the_password_either() -> None:
+    """From Python too: every way a PostgreSQL URL can fail names it masked."""
+    for url in [*URLS, f"postgresql://u:{SECRET}@h/db?bogus=1", f"mysql://u:{SECRET}@h/db"]:
+        with pytest.raises(StoreError) as refused:
+            App(url).store  # noqa: B018 - opening the store is the point
+        assert SECRET not in str(refused.value) and "***" in str(refused.value), str(refused.value)

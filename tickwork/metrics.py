@@ -94,6 +94,12 @@ class QueueCollector(Collector):
     def __init__(self, store: Callable[[], Store]) -> None:
         self._store = store
 
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """The gauges' names, without a value: registering must not open the store."""
+        yield GaugeMetricFamily("tickwork_queue_depth", "Tasks due and not claimed by any node.")
+        yield GaugeMetricFamily("tickwork_queue_oldest_age_seconds", "Seconds since the oldest due task came due.")
+        yield GaugeMetricFamily("tickwork_nodes", "Worker node rows.")
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
             store = self._store()

@@ -162,7 +162,11 @@ class PostgresDialect:
 
     def __init__(self, url: str, *, pool_size: int = 6) -> None:
         self.url = normalize_url(url)
-        self.connect_kwargs = {**CONNECT_KWARGS, "options": session_options(self.url)}
+        try:
+            options = session_options(self.url)
+        except psycopg.Error as exc:  # a malformed URL: the driver's message quotes it whole
+            raise StoreError(f"url={masked(url)!r}: not a valid PostgreSQL URL: {scrubbed(str(exc), url)}") from None
+        self.connect_kwargs = {**CONNECT_KWARGS, "options": options}
         self.texts = {name: translate(sql) for name, sql in queries.load("queries.sql", "postgres.sql").items()}
         self._offset = timedelta(0)
         self._offset_at = -CLOCK_REFRESH_S
