@@ -171,7 +171,7 @@ class Case:
     ) -> list[int]:
         """``count`` one-time tasks due evenly from ``start_in`` to ``start_in + over`` s from now."""
         now_db, now_mono = self.client.store.now(), time.monotonic()
-        offsets = [start_in + over * i / max(1, count - 1) for i in range(count)] if count > 1 else [start_in]
+        offsets = [start_in + over * i / max(1, count - 1) for i in range(count)]
         items = [
             {
                 "task": name,
