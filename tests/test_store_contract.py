@@ -1346,3 +1346,19 @@ def test_stats_report_depth_oldest_age_statuses_and_recent_runs(store: Store) ->
     after = store.stats()
     assert after.runs_last_minute == {"FAILED": 1, "COMPLETED": 1} == after.runs_last_hour
     assert after.by_status == {"PENDING": 2, "FAILED": 1, "COMPLETED": 1} and after.depth == 1
+
+
+def test_task_headers_follow_list_tasks_without_decoding(store: Store) -> None:
+    tasks = store.insert_tasks([one_time(store) for _ in range(3)] + [one_time(store, name=OTHER)])
+    headers = store.task_headers(name=NAME, limit=2, offset=1)
+    assert [(h.id, h.name, h.status) for h in headers] == [(t.id, NAME, "PENDING") for t in tasks[1:3]]
+    assert store.task_header(tasks[3].id) is not None and store.task_header(10**9) is None
+
+
+def test_a_revoked_session_is_refused_and_others_are_not(store: Store) -> None:
+    store.revoke_session("session-a", at(store, 3600))
+    store.revoke_session("session-a", at(store, 3600))  # twice: one sign-out, no error
+    store.revoke_session("session-old", at(store, -60))  # already expired: pruned by the next revoke
+    store.revoke_session("session-b", at(store, 60))
+    assert store.session_revoked("session-a") and store.session_revoked("session-b")
+    assert not store.session_revoked("session-c") and not store.session_revoked("session-old")

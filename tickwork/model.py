@@ -228,6 +228,15 @@ def _to_dict(obj: Any) -> dict[str, Any]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskHeader:
+    """What every task row can tell, even one that cannot be decoded as a ``Task``."""
+
+    id: int
+    name: str | None
+    status: str | None
+
+
 # -- what the node and the store exchange about runs --------------------------------------
 
 

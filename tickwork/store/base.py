@@ -30,6 +30,7 @@ from tickwork.model import (
     Stats,
     Status,
     Task,
+    TaskHeader,
 )
 
 __all__ = ["Claim", "NewTask", "Outcome", "Renewal", "Skipping", "Store"]
@@ -129,6 +130,25 @@ class Store(Protocol):
     def list_tasks(
         self, *, status: Status | None = None, name: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Task]: ...
+
+    def task_headers(
+        self, *, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[TaskHeader]:
+        """The id, name and status of ``list_tasks``'s rows, in its order, read without
+        decoding them: a row written by another program cannot hide the others."""
+        ...
+
+    def task_header(self, task_id: int) -> TaskHeader | None: ...
+
+    def revoke_session(self, session_id: str, expires_at: datetime) -> None:
+        """Refuse the dashboard session ``session_id`` from now on, at least until
+        ``expires_at`` (no cookie of it is valid after that anyway); forget expired ones.
+        Only a digest of the id is stored: nothing a cookie could be made from."""
+        ...
+
+    def session_revoked(self, session_id: str) -> bool:
+        """Whether the dashboard session ``session_id`` signed out."""
+        ...
 
     def list_executions(
         self, *, task_id: int | None = None, status: ExecutionStatus | None = None, limit: int = 100

@@ -251,3 +251,29 @@ GROUP BY status;
 SELECT COUNT(*) AS n FROM (
     SELECT 1 FROM tickwork_tasks WHERE status = 'PENDING' AND next_run_at <= :due_by LIMIT :limit
 ) AS due;
+
+-- Signed-out dashboard sessions (by SHA-256 of the session id).
+-- name: revoke_session
+-- A signed-out session: every server on this database refuses it from now on.
+INSERT INTO tickwork_revoked_sessions (id, expires_at) VALUES (:id, :expires_at)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: prune_revoked_sessions
+-- Sessions whose cookie has expired anyway need no entry.
+DELETE FROM tickwork_revoked_sessions WHERE expires_at < :now;
+
+-- name: session_revoked
+SELECT 1 AS revoked FROM tickwork_revoked_sessions WHERE id = :id;
+
+-- Task rows read without decoding them: the columns every row can give, whatever else
+-- in it is broken (listings that must show rows another program wrote).
+-- name: task_headers
+-- In list_tasks's order and with its filters, so positions agree with its pages.
+SELECT id, name, status FROM tickwork_tasks
+WHERE (CAST(:status AS TEXT) IS NULL OR status = CAST(:status AS TEXT))
+  AND (CAST(:name AS TEXT) IS NULL OR name = CAST(:name AS TEXT))
+ORDER BY id
+LIMIT :limit OFFSET :offset;
+
+-- name: task_header
+SELECT id, name, status FROM tickwork_tasks WHERE id = :id;

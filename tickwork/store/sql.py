@@ -7,6 +7,7 @@ module owns what the operations mean (see ``base.Store`` for each contract).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,6 +28,7 @@ from tickwork.model import (
     Stats,
     Status,
     Task,
+    TaskHeader,
 )
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 
@@ -462,6 +464,28 @@ class SQLStore:
         with self.dialect.reader() as s:
             return [self._task(r) for r in s.fetch_all("list_tasks", params)]
 
+    def task_headers(
+        self, *, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[TaskHeader]:
+        params = {"status": status, "name": name, "limit": limit, "offset": offset}
+        with self.dialect.reader() as s:
+            return [_header(r) for r in s.fetch_all("task_headers", params)]
+
+    def task_header(self, task_id: int) -> TaskHeader | None:
+        with self.dialect.reader() as s:
+            row = s.fetch_one("task_header", {"id": task_id})
+        return None if row is None else _header(row)
+
+    def revoke_session(self, session_id: str, expires_at: datetime) -> None:
+        d = self.dialect
+        with d.transaction() as s:
+            s.execute("revoke_session", {"id": _session_key(session_id), "expires_at": d.encode_time(expires_at)})
+            s.execute("prune_revoked_sessions", {"now": d.encode_time(d.approximate_now())})
+
+    def session_revoked(self, session_id: str) -> bool:
+        with self.dialect.reader() as s:
+            return s.fetch_one("session_revoked", {"id": _session_key(session_id)}) is not None
+
     def list_executions(
         self, *, task_id: int | None = None, status: ExecutionStatus | None = None, limit: int = 100
     ) -> list[Execution]:
@@ -700,3 +724,13 @@ def iter_statements(script: str) -> Iterator[str]:
 def _optional_float(value: Any) -> float | None:
     """SQLite hands back a REAL that holds a whole number as an int."""
     return None if value is None else float(value)
+
+
+def _header(r: Row) -> TaskHeader:
+    return TaskHeader(
+        int(r["id"]), None if r["name"] is None else str(r["name"]), None if r["status"] is None else str(r["status"])
+    )
+
+
+def _session_key(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()

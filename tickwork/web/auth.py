@@ -6,7 +6,7 @@ holds the token itself: it holds its issue time and a random session id, signed 
 key derived from the token, so a leaked cookie expires (after ``session_ttl``, 8 hours
 unless ``tickwork serve --session-ttl`` says otherwise), and changing the token signs
 every session out. Any replica sharing the token accepts a session; signing out puts
-its id on the database's list of revoked sessions (tickwork/store/sessions.py), which
+its id on the database's list of revoked sessions (``Store.revoke_session``), which
 every replica reads. Each session carries its own CSRF token, derived from its id, for
 the dashboard's forms.
 """

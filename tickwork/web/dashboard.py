@@ -28,7 +28,6 @@ from tickwork.app import App
 from tickwork.clock import utcnow
 from tickwork.errors import InvalidInput, InvalidState, TaskNotFound, TickworkError
 from tickwork.model import Execution, ExecutionStatus, Status, Task
-from tickwork.store.sessions import revocations
 from tickwork.web import reading
 from tickwork.web.auth import LOGIN_COOKIE, SESSION_COOKIE, Auth, Session, csrf_ok, new_login_nonce
 from tickwork.web.database import Database
@@ -96,13 +95,13 @@ class SignedOut:
     def revoked(self, session: Session) -> bool:
         if session.id in self._known:
             return True
-        if not revocations(self.app.store).session_revoked(session.id):
+        if not self.app.store.session_revoked(session.id):
             return False
         self._remember(session.id)
         return True
 
     def revoke(self, session: Session, until: datetime) -> None:
-        revocations(self.app.store).revoke_session(session.id, until)
+        self.app.store.revoke_session(session.id, until)
         self._remember(session.id)
 
     def _remember(self, session_id: str) -> None:

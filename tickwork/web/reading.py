@@ -5,7 +5,7 @@ status, a time out of range) makes the store's decoding fail, and with it the wh
 page it is on. Here such a row becomes an ``Undecodable`` — its id, its name and status
 as stored, and why it cannot be read — listed in its place, while every other row is
 shown as usual. The fast path is the store's own listing; only a page that fails is read
-again row by row (``tickwork.store.rows`` finds its rows without decoding them).
+again row by row (``Store.task_headers`` finds its rows without decoding them).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import dataclasses
 
 from tickwork.app import App
 from tickwork.errors import InvalidState, TaskNotFound, TickworkError
-from tickwork.model import Status, Task
+from tickwork.model import Status, Task, TaskHeader
 from tickwork.store import Store
-from tickwork.store.rows import TaskHeader, task_header, task_headers
 
 CHUNK = 25
 """Rows re-read at once while looking for the undecodable ones of a page."""
@@ -55,7 +54,7 @@ def task(app: App, task_id: int) -> Task | Undecodable:
     except Exception as exc:
         if store.is_transient(exc):
             raise
-        header = task_header(store, task_id)
+        header = store.task_header(task_id)
         if header is None:
             raise TaskNotFound(task_id) from None
         return _undecodable(header, exc)
@@ -80,7 +79,7 @@ def tasks(app: App, *, status: Status | None, name: str | None, limit: int, offs
     except Exception as exc:
         if store.is_transient(exc):
             raise
-    headers = task_headers(store, status=status.value if status else None, name=name, limit=limit, offset=offset)
+    headers = store.task_headers(status=status.value if status else None, name=name, limit=limit, offset=offset)
     found: list[Task | Undecodable] = []
     for start in range(0, len(headers), CHUNK):
         chunk = headers[start : start + CHUNK]
