@@ -53,6 +53,16 @@ def test_a_partitioned_node_stops_its_runs_before_another_node_can_take_them(
         if mine and theirs:
             stopped = mine[0].done if mine[0].done is not None else math.inf
             margins.append(theirs[0].start - stopped)
+    # Its leases ran out at most a lease after the partition began (its last renewal came
+    # before): by then its copies must have stopped, whoever takes them over and when.
+    assert case.fault_start is not None
+    stops = [r.done - case.fault_start if r.done is not None else math.inf for r in case.runs()
+             if r.task in long_runs and r.node == cut.label]  # fmt: skip
+    case.figure("cut_copies_stopped_after_s", max(stops, default=None))
+    case.check(
+        stops and max(stops) < LEASE,
+        f"the cut-off node's copies ran on {max(stops, default=None)} s into the partition, past its lease ({LEASE} s)",
+    )
     case.figure("taken_over", len(margins))
     case.figure("min_stop_margin_s", min(margins) if margins else None)
     case.check(margins, "no long run was taken over by the other node during the partition")
