@@ -866,3 +866,35 @@ def test_the_session_life_is_configurable_and_shorter_than_a_day(web_app: App) -
     for bad, needle in (("10x", "expected a duration"), ("10s", "1 minute to 30 days"), ("90d", "1 minute")):
         result = runner.invoke(main, ["serve", "tests.http_support:app", "--session-ttl", bad])
         assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output
+
+
+def test_fire_times_follow_the_dst_rule_in_utc_and_in_the_zone(api: Any) -> None:
+    params = {"cron": "30 2 * * *", "timezone": "Europe/Berlin", "after": "2026-03-28T00:00:00Z", "n": 3}
+    answer = api.get(f"{V1}/fire-times", params=params, headers=AUTH).json()
+    assert answer["times"] == ["2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"]
+    assert answer["local"][1] == "2026-03-29T03:00:00+02:00"  # 02:30 does not exist that night: the gap's end
+    every = {"every": 3600, "anchor": "2026-01-01T00:00:00Z", "after": "2026-03-29T00:30:00Z", "n": 2}
+    assert api.get(f"{V1}/fire-times", params=every, headers=AUTH).json()["times"] == [
+        "2026-03-29T01:00:00Z",
+        "2026-03-29T02:00:00Z",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"cron": "* * * 13 *"}, "cron"),
+        ({"cron": "1" * 150 + " * * * *"}, "cron"),
+        ({"cron": "x" * 5000}, "cron"),
+        ({"cron": "0 9 * * *", "timezone": "Mars/Olympus"}, "timezone"),
+        ({"cron": "0 9 * * *", "after": "2030-01-01T09:00:00"}, "after"),
+        ({"cron": "0 9 * * *", "after": "253402300800"}, "after"),
+        ({"cron": "0 9 * * *", "n": 0}, "n"),
+        ({"every": "true"}, "every"),
+        ({"every": 0}, "every"),
+        ({}, "cron"),
+        ({"cron": "* * * * *", "every": 60}, "cron"),
+    ],
+)
+def test_fire_times_refuse_bad_input_naming_the_field(api: Any, params: dict[str, Any], field: str) -> None:
+    problem(api.get(f"{V1}/fire-times", params=params, headers=AUTH), 422, field)

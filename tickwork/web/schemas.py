@@ -231,6 +231,12 @@ class TaskList(BaseModel):
     items: list[TaskOut]
 
 
+class FireTimesOut(BaseModel):
+    timezone: str = Field(description="The zone of the local times (UTC for an interval).")
+    times: list[datetime] = Field(description="Fire times strictly after `after`, in UTC.")
+    local: list[str] = Field(description="The same times in `timezone`, ISO 8601 with their offset.")
+
+
 class NameList(BaseModel):
     names: list[str] = Field(description="The task names this server's application registered.")
 
