@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -208,6 +209,24 @@ def worker(
         scale_up_age=scale_up_age,
         scale_down_after=scale_down_after,
     )
+    _exit_past_leaked_threads()
+
+
+def _exit_past_leaked_threads() -> None:
+    """The node has stopped and written everything; a thread that task code started and
+    never ended (not a daemon) would keep the process alive for ever. Say so and exit."""
+    leaked = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    if not leaked:
+        return
+    logging.getLogger("tickwork.worker").warning(
+        "node stopped; exiting without waiting for %d thread(s) that task code left running: %s",
+        len(leaked),
+        ", ".join(sorted(leaked)[:10]),
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _concurrency(text: str) -> tuple[int, int]:

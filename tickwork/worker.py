@@ -36,6 +36,7 @@ from tickwork.executor import CancelReason, Executor, Run, RunResult
 from tickwork.isolation import prepare
 from tickwork.metrics import RUNNING, SLOTS, STALE_RESULTS, TaskMetrics
 from tickwork.model import Claim, ErrorInfo, ExecutionStatus, Node, Outcome, Overlap, Renewal
+from tickwork.node.health import StoreHealth
 from tickwork.node.settings import NodeSettings
 from tickwork.node_locks import NodeLocks
 from tickwork.reconciler import reconcile
@@ -64,6 +65,8 @@ MAX_ERROR_PAUSE_S = 1.0
 store answering again (each failing try is one connection attempt, cheap for a server)."""
 FAILURE_LOG_EVERY = 30
 """While claims keep failing, one log line per this many failures after the first."""
+# After the store failed, the reconciler waits a heartbeat plus this before reaping.
+POST_OUTAGE_MARGIN_S = 2.0
 # How often an autoscaling node looks at the queue.
 AUTOSCALE_EVERY_S = 1.0
 # A run whose lease could not be renewed for this fraction of the lease cancels itself
@@ -196,6 +199,7 @@ class Worker:
         self._monitor_failed: BaseException | None = None
         self._recorder: Recorder[Run] = Recorder(self.store, self.node_id, self._written)
         self._renewer = Renewer(self._heartbeat)
+        self._health = StoreHealth(grace=settings.heartbeat + POST_OUTAGE_MARGIN_S)
         self._kept_locks: set[int] = set()  # unconfirmed runs whose Redis lock was extended
         self._renewal_stuck_since: float | None = None
         self.locks = locks
@@ -287,6 +291,7 @@ class Worker:
                     pause = min(self.settings.poll_interval * failures, MAX_ERROR_PAUSE_S)
                     if failures == 1:
                         failing_since = time.monotonic()
+                        self._health.failed()
                         log.exception(
                             "claim failed; retrying until the store answers (every %.0f s at most)", MAX_ERROR_PAUSE_S
                         )
@@ -294,6 +299,7 @@ class Worker:
                         log.warning("claims still failing (%d in a row, %.0f s)", failures, started - failing_since)
                     self._stopping.wait(pause)
                     continue
+                self._health.answered()
                 if failures:
                     log.warning("claims work again after %.1f s (%d failed)", started - failing_since, failures)
                 failures = 0
@@ -587,6 +593,7 @@ class Worker:
             renewals = self.store.renew(self.node_id, [(r.task_id, r.claim.fence) for r in runs], self.settings.lease)
         except Exception:
             log.warning("renewing leases failed", exc_info=True)
+            self._health.failed()
             self._kept_locks = self._extend_locks([], runs)
             self._monitor_wake.set()  # the monitor judges the unrenewed runs now
         else:
@@ -598,6 +605,9 @@ class Worker:
             self.store.node_heartbeat(self.node_id, len(runs))
         except Exception:
             log.warning("node heartbeat failed", exc_info=True)
+            self._health.failed()
+        else:
+            self._health.answered()
 
     def _apply_renewals(self, runs: list[Run], renewals: list[Renewal], asked: float) -> None:
         kept = {(r.task_id, r.fence): r for r in renewals}
@@ -691,7 +701,15 @@ class Worker:
 
     def _reconcile_main(self) -> None:
         """Zombie recovery, on its own thread so that a slow pass never delays renewals."""
+        waiting = False
         while not self._monitor_stop.is_set():
+            if (quiet := self._health.quiet_for()) > 0:
+                if not waiting:
+                    log.info("reconciler paused by a store outage: it reaps a heartbeat after the store answers again")
+                    waiting = True
+                self._monitor_stop.wait(min(quiet, self.settings.heartbeat))
+                continue
+            waiting = False
             try:
                 node_ttl = max(NODE_TTL_FLOOR_S, 3 * self.settings.lease)
                 live = self.locks.live if self.locks is not None else None
@@ -707,6 +725,7 @@ class Worker:
                     self.wakeup.set()  # recovered runs are due again: claim them now, not at the next poll
             except Exception:
                 log.warning("reconciler pass failed", exc_info=True)
+                self._health.failed()
             self._monitor_stop.wait(self.settings.heartbeat)
 
     # -- shutdown ---------------------------------------------------------------------
