@@ -35,8 +35,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tickwork
+from tests.test_schedules import make_task
 from tickwork.errors import InvalidCron, TickworkError
-from tickwork.model import ExecutionStatus, Kind, Misfire, OnLost, Overlap, Status, Task
+from tickwork.model import ExecutionStatus, Status, Task
 
 # ---------------------------------------------------------------------------------------
 # Time helpers
@@ -735,54 +736,6 @@ def test_every_with_a_timezone_is_refused_or_ignored() -> None:
 # ---------------------------------------------------------------------------------------
 
 DRIFT_FIRES = 10_000
-T0 = utc(2024, 5, 1, 12, 0)
-
-
-def make_task(**overrides: Any) -> Task:
-    """A RECURRING 60 s interval task, as in tests/test_schedules.py."""
-    fields: dict[str, Any] = {
-        "id": 7,
-        "name": "job",
-        "args": [],
-        "kwargs": {},
-        "key": None,
-        "kind": Kind.RECURRING,
-        "cron": None,
-        "timezone": "UTC",
-        "interval": 60.0,
-        "scheduled_at": T0,
-        "next_run_at": T0,
-        "status": Status.RUNNING,
-        "misfire": Misfire.SINGLE_CATCHUP,
-        "misfire_grace": 60.0,
-        "jitter": 0.0,
-        "timeout": None,
-        "max_retries": 0,
-        "retry_backoff": 1.0,
-        "priority": 0,
-        "version": 3,
-        "lease_owner": "node-a",
-        "lease_expires_at": T0 + timedelta(seconds=30),
-        "cancel_requested": False,
-        "triggered": False,
-        "attempt": 1,
-        "run_count": 0,
-        "last_status": None,
-        "created_at": T0 - timedelta(days=1),
-        "updated_at": T0,
-        "max_catchup": 100,
-        "overlap": Overlap.SKIP,
-        "last_decision": None,
-        "parent_id": None,
-        "on_lost": OnLost.RETRY,
-        "cancel_run_only": False,
-        "max_runtime": None,
-    }
-    unknown = set(overrides) - set(fields)
-    assert not unknown, f"make_task: unknown Task fields {unknown}"
-    fields.update(overrides)
-    known = {f.name for f in dataclasses.fields(Task)}
-    return Task(**{k: v for k, v in fields.items() if k in known})
 
 
 def settle_chain(task: Task, count: int) -> list[datetime]:

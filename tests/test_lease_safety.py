@@ -14,22 +14,10 @@ import psycopg
 import pytest
 
 from tests.conftest import wait_for
+from tests.test_worker import Node
 from tickwork import App, Context, ExecutionStatus, Status
 from tickwork.model import Kind
 from tickwork.store import NewTask, Store
-
-
-class Node:
-    def __init__(self, app: App, concurrency: int = 2) -> None:
-        self.worker = app.worker(concurrency=concurrency)
-        self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False})
-        self.thread.start()
-        assert self.worker.started.wait(10)
-
-    def stop(self) -> None:
-        self.worker.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from tickwork.events import Events, for_outcome
@@ -37,6 +37,7 @@ def reconcile(
     live: Callable[[list[int]], set[int] | None] | None = None,
     lock_grace: float = 30.0,
     overrun_grace: float = 30.0,
+    own: Sequence[int] = (),
 ) -> int:
     """Recover one batch of expired and one of overrun runs and forget nodes silent for
     ``node_ttl`` seconds; return how many runs this call recovered.
@@ -48,11 +49,15 @@ def reconcile(
     run whose node may be alive could start it twice.
     ``overrun_grace``: how long past its max_runtime a run is left to its own node (which
     stops it at max_runtime) before any node takes it over — a lease is right: a node
-    that cannot stop a run within a lease of trying is stuck."""
+    that cannot stop a run within a lease of trying is stuck.
+    ``own``: the tasks the calling node still holds. Their leases are its own business
+    (it stops an unrenewed run itself and writes its result, fenced, when it can): its
+    reconciler never declares them lost, whatever another node's may do."""
     pruned = store.prune_nodes(node_ttl)
     if pruned:
         log.warning("removed %d node rows with no heartbeat for %.0f s", pruned, node_ttl)
-    expired = store.expired(BATCH)
+    own = sorted(own)
+    expired = store.expired(BATCH, exclude=own)
     if expired and live is not None:
         spared: set[int] = set()
         for page in range(SPARED_PAGES):
@@ -60,7 +65,7 @@ def reconcile(
             expired = [c for c in expired if c.task.id not in spared]
             if expired or page == SPARED_PAGES - 1:
                 break
-            expired = store.expired(BATCH, exclude=sorted(spared))  # the runs behind a page of spared ones
+            expired = store.expired(BATCH, exclude=sorted({*spared, *own}))  # the runs behind a page of spared ones
             if not expired:
                 break
     return _recover(store, expired, events, overrun=False) + _recover(

@@ -65,8 +65,9 @@ MAX_ERROR_PAUSE_S = 1.0
 store answering again (each failing try is one connection attempt, cheap for a server)."""
 FAILURE_LOG_EVERY = 30
 """While claims keep failing, one log line per this many failures after the first."""
-# After the store failed, the reconciler waits a heartbeat plus this before reaping.
-POST_OUTAGE_MARGIN_S = 2.0
+# After the store failed, the reconciler waits a heartbeat plus this before reaping: room
+# for an owner's connection wait (2 s at most), its recorder's retry pause (1 s) and a margin.
+POST_OUTAGE_MARGIN_S = 5.0
 # How often an autoscaling node looks at the queue.
 AUTOSCALE_EVERY_S = 1.0
 # A run whose lease could not be renewed for this fraction of the lease cancels itself
@@ -713,6 +714,8 @@ class Worker:
             try:
                 node_ttl = max(NODE_TTL_FLOOR_S, 3 * self.settings.lease)
                 live = self.locks.live if self.locks is not None else None
+                with self._runs_lock:
+                    own = [run.task_id for run in self._runs.values()]
                 recovered = reconcile(
                     self.store,
                     node_ttl=node_ttl,
@@ -720,6 +723,7 @@ class Worker:
                     live=live,
                     lock_grace=self.settings.lease,
                     overrun_grace=self.settings.lease,
+                    own=own,
                 )
                 if recovered:
                     self.wakeup.set()  # recovered runs are due again: claim them now, not at the next poll

@@ -48,7 +48,7 @@ _MIGRATION_LOCK = 0x7469636B  # "tick"
 
 # How long a caller waits for a pooled connection before its operation fails (and is
 # retried by its caller): a claim, a renewal or a result never queues for half a minute.
-CONNECTION_WAIT_S = 5.0
+CONNECTION_WAIT_S = 2.0
 # How long the pool keeps re-trying a connection that broke before it gives up on it; a
 # later request then connects at once. Short, so that a node resumes within about a
 # second of the server answering again, rather than at the end of a growing back-off.
