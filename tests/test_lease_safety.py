@@ -4,6 +4,7 @@ never return, results the store cannot take for a while (issue 13, defects 9, 10
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -153,5 +154,33 @@ def test_a_result_the_store_cannot_take_for_a_while_is_kept_until_it_can(pg_url:
         assert execution.status is ExecutionStatus.COMPLETED and execution.result == "done"
         assert app.get(task.id).run_count == 1
     finally:
+        node.stop()
+        app.close()
+
+
+def test_a_claim_that_waited_on_a_lock_keeps_the_lease_it_was_given(sqlite_url: str) -> None:
+    """The lease starts when the claim runs, not when it was sent: a claim kept waiting
+    by another process's write lock for longer than a lease must not be taken for lost."""
+    lease = 3.0
+    app = App(sqlite_url, lease=lease, heartbeat=0.25, poll_interval=0.1)
+
+    @app.task(name="x.second")
+    def second(ctx: Context) -> str:
+        time.sleep(1.0)
+        return "whole"
+
+    task = app.schedule("x.second", delay=1.0)
+    holder = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    node = Node(app)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # the node's claims wait behind it
+        held_at = time.monotonic()
+        wait_for(lambda: time.monotonic() - held_at > lease + 1.0, timeout=10)  # the fault's duration
+        holder.execute("ROLLBACK")
+        wait_for(lambda: app.get(task.id).status is Status.COMPLETED)
+        (execution,) = app.executions(task.id)
+        assert execution.status is ExecutionStatus.COMPLETED and execution.result == "whole"
+    finally:
+        holder.close()
         node.stop()
         app.close()

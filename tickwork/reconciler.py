@@ -38,6 +38,7 @@ def reconcile(
     lock_grace: float = 30.0,
     overrun_grace: float = 30.0,
     own: Sequence[int] = (),
+    may_reap: Callable[[], bool] | None = None,
 ) -> int:
     """Recover one batch of expired and one of overrun runs and forget nodes silent for
     ``node_ttl`` seconds; return how many runs this call recovered.
@@ -52,7 +53,9 @@ def reconcile(
     that cannot stop a run within a lease of trying is stuck.
     ``own``: the tasks the calling node still holds. Their leases are its own business
     (it stops an unrenewed run itself and writes its result, fenced, when it can): its
-    reconciler never declares them lost, whatever another node's may do."""
+    reconciler never declares them lost, whatever another node's may do.
+    ``may_reap``: asked once the expired runs are known, right before any is reaped (a
+    store that kept this pass waiting kept their owners waiting too: not now)."""
     pruned = store.prune_nodes(node_ttl)
     if pruned:
         log.warning("removed %d node rows with no heartbeat for %.0f s", pruned, node_ttl)
@@ -68,6 +71,8 @@ def reconcile(
             expired = store.expired(BATCH, exclude=sorted({*spared, *own}))  # the runs behind a page of spared ones
             if not expired:
                 break
+    if may_reap is not None and not may_reap():
+        return 0
     return _recover(store, expired, events, overrun=False) + _recover(
         store, store.overrun(BATCH, overrun_grace), events, overrun=True
     )

@@ -15,6 +15,7 @@ monitor last, remove the node row.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -65,6 +66,8 @@ MAX_ERROR_PAUSE_S = 1.0
 store answering again (each failing try is one connection attempt, cheap for a server)."""
 FAILURE_LOG_EVERY = 30
 """While claims keep failing, one log line per this many failures after the first."""
+# How far this node's estimate of the store's clock may be off (half a round trip).
+CLOCK_ESTIMATE_MARGIN_S = 0.1
 # After the store failed, the reconciler waits a heartbeat plus this before reaping: room
 # for an owner's connection wait (2 s at most), its recorder's retry pause (1 s) and a margin.
 POST_OUTAGE_MARGIN_S = 5.0
@@ -300,15 +303,19 @@ class Worker:
                         log.warning("claims still failing (%d in a row, %.0f s)", failures, started - failing_since)
                     self._stopping.wait(pause)
                     continue
-                self._health.answered()
+                if time.monotonic() - started > self.settings.heartbeat:
+                    self._health.slow()  # the claim waited on the store (a lock held elsewhere)
+                else:
+                    self._health.answered()
                 if failures:
                     log.warning("claims work again after %.1f s (%d failed)", started - failing_since, failures)
                 failures = 0
                 claimed = len(claims)
                 tokens, refused = self._lock(claims)
+                leased_at = self._lease_start(claims, started)
                 for claim in claims:
                     if claim.execution_id not in refused:
-                        self._dispatch(claim, tokens.get(claim.execution_id), leased_at=started)
+                        self._dispatch(claim, tokens.get(claim.execution_id), leased_at=leased_at)
                 self._autoscale()  # with the slots just refilled: how busy the node really is
                 if refused and len(refused) == claimed:
                     # Redis down in required mode, or all locked by live nodes (left out of
@@ -406,6 +413,17 @@ class Worker:
         except Exception:
             log.exception("next_due_at failed")
             return cap
+
+    def _lease_start(self, claims: list[Claim], sent: float) -> float:
+        """When the claims' leases began, on this node's monotonic clock: from the expiry
+        the store wrote (a claim can wait long for a lock before it runs), never before
+        the claim was sent, less a margin for the error of the store-clock estimate."""
+        expiries = [c.task.lease_expires_at for c in claims if c.task.lease_expires_at is not None]
+        if not expiries:
+            return sent
+        began = min(expiries) - timedelta(seconds=self.settings.lease)
+        ago = (self.store.approximate_now() - began).total_seconds()
+        return max(sent, time.monotonic() - ago - CLOCK_ESTIMATE_MARGIN_S)
 
     def _dispatch(self, claim: Claim, lock_token: str | None = None, *, leased_at: float | None = None) -> None:
         """Hand a claim to the run threads. ``leased_at`` (monotonic) is when the claim
@@ -592,6 +610,8 @@ class Worker:
         asked = time.monotonic()  # the lease runs from (at the latest) now, not from the reply
         try:
             renewals = self.store.renew(self.node_id, [(r.task_id, r.claim.fence) for r in runs], self.settings.lease)
+            if time.monotonic() - asked > self.settings.heartbeat:
+                self._health.slow()
         except Exception:
             log.warning("renewing leases failed", exc_info=True)
             self._health.failed()
@@ -716,6 +736,7 @@ class Worker:
                 live = self.locks.live if self.locks is not None else None
                 with self._runs_lock:
                     own = [run.task_id for run in self._runs.values()]
+                began = time.monotonic()
                 recovered = reconcile(
                     self.store,
                     node_ttl=node_ttl,
@@ -724,6 +745,7 @@ class Worker:
                     lock_grace=self.settings.lease,
                     overrun_grace=self.settings.lease,
                     own=own,
+                    may_reap=functools.partial(self._may_reap, began),
                 )
                 if recovered:
                     self.wakeup.set()  # recovered runs are due again: claim them now, not at the next poll
@@ -731,6 +753,13 @@ class Worker:
                 log.warning("reconciler pass failed", exc_info=True)
                 self._health.failed()
             self._monitor_stop.wait(self.settings.heartbeat)
+
+    def _may_reap(self, began: float) -> bool:
+        """Whether the reconciler pass begun at ``began`` may reap now: not when the store
+        kept it waiting for longer than a heartbeat (its owners waited just as long)."""
+        if time.monotonic() - began > self.settings.heartbeat:
+            self._health.slow()
+        return self._health.quiet_for() == 0
 
     # -- shutdown ---------------------------------------------------------------------
 

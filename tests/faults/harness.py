@@ -288,7 +288,9 @@ class Case:
         if left:
             eventually(lambda: not self.stale_running(), max(0.0, deadline - time.monotonic()))
             left = self.stale_running()
-        self.check(not left, f"RUNNING two leases after the fault ended, no run behind them: {left[:10]}")
+        self.check(
+            not left, f"RUNNING two leases after the fault ended, no run behind them: {left[:10]}{self._rows(left)}"
+        )
         self.figure("stale_running", len(left))
 
         # No task lost: every one-time task reaches its final state, every recurring one goes on.
@@ -322,6 +324,19 @@ class Case:
 
     def _recurring_went_on(self) -> bool:
         return self._recurring_after() == self.recurring
+
+    def _rows(self, left: list[tuple[int, int]]) -> str:
+        """The stored state behind stale RUNNING rows, to tell a wedged claim from a slow one."""
+        lines = []
+        for task_id, _ in left[:3]:
+            task = self.client.get(task_id)
+            lines.append(
+                f"\n  task {task_id}: {task.status.value} v{task.version} attempt {task.attempt} "
+                f"owner {task.lease_owner} lease until {task.lease_expires_at} runs {task.run_count}; executions "
+                + ", ".join(f"{e.id} {e.status.value} {e.node} {e.started_at}" for e in self.client.executions(task_id))
+            )
+        runs = [r for r in self.runs() if r.task in {t for t, _ in left}]
+        return "".join(lines) + (f"\n  runs logged by the tasks: {runs}" if runs else "")
 
     def stale_running(self) -> list[tuple[int, int]]:
         """(task, execution) of RUNNING executions started before the fault ended that no

@@ -40,6 +40,12 @@ class StoreHealth:
             self._quiet_until = self._clock() + self.grace
             return True
 
+    def slow(self) -> None:
+        """A call to the store succeeded after waiting longer than a node can afford (a
+        lock held elsewhere, a stalled server): as an outage that just ended."""
+        self.failed()
+        self.answered()
+
     def quiet_for(self) -> float:
         """Seconds before the reconciler may reap again (0: now)."""
         with self._lock:
