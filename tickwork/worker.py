@@ -60,12 +60,14 @@ INTERRUPT_LOG_EVERY_S = 5.0
 # Runs claimed this long before a failed claim are looked at too: the store's clock and
 # this node's estimate of it may differ by a round trip.
 CLOCK_MARGIN = timedelta(seconds=1)
-# The longest pause between claim attempts while the store keeps failing.
 MAX_ERROR_PAUSE_S = 1.0
 """Longest pause between failing claims: a node resumes within about this much of the
 store answering again (each failing try is one connection attempt, cheap for a server)."""
 FAILURE_LOG_EVERY = 30
 """While claims keep failing, one log line per this many failures after the first."""
+# A store call that kept its caller waiting this many leases may have let leases lapse:
+# it counts as an outage (see node/health.py).
+SLOW_CALL_LEASES = 0.5
 # How far this node's estimate of the store's clock may be off (half a round trip).
 CLOCK_ESTIMATE_MARGIN_S = 0.1
 # After the store failed, the reconciler waits a heartbeat plus this before reaping: room
@@ -303,7 +305,7 @@ class Worker:
                         log.warning("claims still failing (%d in a row, %.0f s)", failures, started - failing_since)
                     self._stopping.wait(pause)
                     continue
-                if time.monotonic() - started > self.settings.heartbeat:
+                if time.monotonic() - started > self.settings.lease * SLOW_CALL_LEASES:
                     self._health.slow()  # the claim waited on the store (a lock held elsewhere)
                 else:
                     self._health.answered()
@@ -610,7 +612,7 @@ class Worker:
         asked = time.monotonic()  # the lease runs from (at the latest) now, not from the reply
         try:
             renewals = self.store.renew(self.node_id, [(r.task_id, r.claim.fence) for r in runs], self.settings.lease)
-            if time.monotonic() - asked > self.settings.heartbeat:
+            if time.monotonic() - asked > self.settings.lease * SLOW_CALL_LEASES:
                 self._health.slow()
         except Exception:
             log.warning("renewing leases failed", exc_info=True)
@@ -756,8 +758,8 @@ class Worker:
 
     def _may_reap(self, began: float) -> bool:
         """Whether the reconciler pass begun at ``began`` may reap now: not when the store
-        kept it waiting for longer than a heartbeat (its owners waited just as long)."""
-        if time.monotonic() - began > self.settings.heartbeat:
+        kept it waiting for half a lease or more (its owners waited just as long)."""
+        if time.monotonic() - began > self.settings.lease * SLOW_CALL_LEASES:
             self._health.slow()
         return self._health.quiet_for() == 0
 
