@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from tickwork.errors import InvalidInput
+
 
 class Autoscaler:
     def __init__(
@@ -25,7 +27,7 @@ class Autoscaler:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not 1 <= minimum <= maximum:
-            raise ValueError(f"concurrency={minimum},{maximum}: need 1 <= MIN <= MAX")
+            raise InvalidInput("concurrency", f"{minimum},{maximum}", "need 1 <= MIN <= MAX")
         self.minimum = minimum
         self.maximum = maximum
         self.scale_up_age = scale_up_age

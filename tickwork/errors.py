@@ -9,6 +9,10 @@ class TickworkError(Exception):
     """Root of every error tickwork raises on purpose."""
 
 
+class NodeError(TickworkError, RuntimeError):
+    """A node cannot go on: one of its threads died, or it met a state it cannot be in."""
+
+
 class InvalidInput(TickworkError, ValueError):
     """A value given to tickwork is not acceptable; nothing was stored.
 

@@ -39,14 +39,10 @@ class Recorder(Generic[T]):
         store: Store,
         node_id: str,
         on_written: Callable[[list[tuple[T, Outcome, bool | None]]], None],
-        *,
-        linger: float = 0.0,
     ) -> None:
         self.store = store
         self.node_id = node_id
         self.on_written = on_written
-        self.linger = linger
-        """Seconds to wait for more results after the first: one commit then covers them all."""
         self.failure: BaseException | None = None
         self.write_s = 0.0
         """How long the last batch took to write (part of a slot's refill time)."""
@@ -73,12 +69,10 @@ class Recorder(Generic[T]):
                 first = self._queue.get()
                 if first is None:
                     break
-                batch = [first]
-                linger_until = time.monotonic() + self.linger
+                batch = [first]  # and whatever else ended meanwhile: one commit covers them all
                 while len(batch) < MAX_BATCH:
                     try:
-                        left = linger_until - time.monotonic()
-                        more = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                        more = self._queue.get_nowait()
                     except queue.Empty:
                         break
                     if more is None:

@@ -31,7 +31,7 @@ from types import FrameType
 from tickwork.autoscale import Autoscaler
 from tickwork.clock import utcnow
 from tickwork.context import Context
-from tickwork.errors import InvalidInput
+from tickwork.errors import InvalidInput, NodeError
 from tickwork.events import Events, for_outcome
 from tickwork.executor import CancelReason, Executor, Run, RunResult
 from tickwork.isolation import prepare
@@ -263,9 +263,9 @@ class Worker:
         failures, failing_since = 0, 0.0
         while not self._stopping.is_set():
             if self._monitor_failed is not None:
-                raise RuntimeError("monitor thread died; stopping the node") from self._monitor_failed
+                raise NodeError("monitor thread died; stopping the node") from self._monitor_failed
             if self._recorder.failure is not None:
-                raise RuntimeError("recorder thread died; stopping the node") from self._recorder.failure
+                raise NodeError("recorder thread died; stopping the node") from self._recorder.failure
             extra = self.prefetch.extra()
             capacity = self.concurrency + extra
             running = self.running
@@ -432,7 +432,7 @@ class Worker:
         was sent: its lease runs from no earlier, whatever the reply's delay."""
         definition = self.registry.get(claim.task.name)
         if definition is None:  # cannot happen: we only claim registered names
-            raise RuntimeError(f"claimed unregistered task {claim.task.name!r}")
+            raise NodeError(f"claimed unregistered task {claim.task.name!r}")
         run = Run(claim, definition)
         if leased_at is not None:
             run.renewed_at = leased_at

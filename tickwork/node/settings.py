@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from tickwork.errors import InvalidInput
+
 
 @dataclasses.dataclass(frozen=True)
 class NodeSettings:
@@ -20,4 +22,6 @@ class NodeSettings:
 
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat < self.lease:
-            raise ValueError(f"heartbeat={self.heartbeat}: must be positive and shorter than the lease ({self.lease})")
+            raise InvalidInput(
+                "heartbeat", self.heartbeat, f"must be positive and shorter than the lease ({self.lease})"
+            )

@@ -20,6 +20,8 @@ import secrets
 import time
 from dataclasses import dataclass
 
+from tickwork.errors import TickworkError
+
 MIN_TOKEN_LENGTH = 16
 """Shorter secrets are refused: a token that guards code execution must not be guessable."""
 SESSION_COOKIE = "tickwork_session"
@@ -50,7 +52,7 @@ def check_session_ttl(seconds: float) -> float:
     return seconds
 
 
-class TokenConfigError(ValueError):
+class TokenConfigError(TickworkError, ValueError):
     """The configured token cannot be used: the server must not start with it."""
 
 

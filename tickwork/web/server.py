@@ -13,6 +13,7 @@ import logging
 import uvicorn
 
 from tickwork.app import App
+from tickwork.errors import TickworkError
 from tickwork.redact import REDACTOR
 from tickwork.web.app import create_app
 from tickwork.web.auth import SESSION_TTL, TokenConfigError, check_token
@@ -20,7 +21,7 @@ from tickwork.web.auth import SESSION_TTL, TokenConfigError, check_token
 log = logging.getLogger("tickwork.web")
 
 
-class ServeConfigError(ValueError):
+class ServeConfigError(TickworkError, ValueError):
     """The server must not start with this configuration."""
 
 
