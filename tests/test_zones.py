@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo, _zoneinfo
 
 import pytest
 
-from tickwork import fire_times
+from tickwork import InvalidInput, fire_times
 from tickwork.cron import CronSchedule
 from tickwork.zones import SAMPLE_SECONDS, segment_at, year_changes
 
@@ -105,3 +105,20 @@ def test_cron_at_the_ends_of_time_answers_without_overflowing(zone: str, when: d
     previous = schedule.last_at_or_before(when)
     assert previous is None or previous <= when
     assert all(t > when for t in fire_times(cron="* * * * *", timezone=zone, after=when, n=3))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"cron": "* * * * *", "after": "2030-01-01T00:00:00Z"}, "after"),
+        ({"every": 60, "anchor": 1_700_000_000}, "anchor"),
+        ({"cron": "* * * * *", "timezone": 5}, "timezone"),
+        ({"cron": 5}, "cron"),
+        ({"every": "60"}, "every"),
+        ({"cron": "* * * * *", "n": True}, "n"),
+    ],
+)
+def test_fire_times_refuse_values_of_the_wrong_type_naming_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        fire_times(**kwargs)  # type: ignore[arg-type]
+    assert refused.value.field == field

@@ -19,6 +19,8 @@ from tickwork.errors import InvalidInput
 
 def require_aware(field: str, value: datetime) -> datetime:
     """Refuse naive datetimes: their meaning depends on the machine that reads them."""
+    if not isinstance(value, datetime):
+        raise InvalidInput(field, value, "must be a timezone-aware datetime")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidInput(field, value.isoformat(), "datetime must be timezone-aware")
     try:
