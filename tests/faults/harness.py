@@ -32,6 +32,8 @@ import redis
 from tests.faults.nodes import Fleet, Node
 from tickwork import App, ExecutionStatus, Status, TickworkError
 
+RECORD_SLACK_S = 1.0
+"""How long after a task returns its node may still be writing the result."""
 LEASE = 5.0
 HEARTBEAT = 0.5
 RESUME_WITHIN = 3.0
@@ -260,8 +262,11 @@ class Case:
         return read_runs(self.fleet.records)
 
     def interrupted(self, run: RunLog) -> bool:
-        """Was the run's node killed or frozen by the fault while the run went on?"""
-        finish = run.done if run.done is not None else math.inf
+        """Was the run's node killed or frozen by the fault while the run went on? A run
+        goes on until its node has written its result, a moment after the task returns:
+        a node frozen or killed in that moment interrupted the run as surely (another node
+        must then run it again), so the window reaches RECORD_SLACK_S past the task's end."""
+        finish = run.done + RECORD_SLACK_S if run.done is not None else math.inf
         return any(f.label == run.node and f.start < finish and f.end > run.start for f in self.node_faults)
 
     def _death(self, run: RunLog) -> float:
