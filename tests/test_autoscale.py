@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from tests.conftest import wait_for
 from tickwork import App, Context, Status
-from tickwork.autoscale import Autoscaler
 from tickwork.cli import main
+from tickwork.node.autoscale import Autoscaler
 
 
 class Clock:

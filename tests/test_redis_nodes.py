@@ -22,10 +22,10 @@ from tests.redis_support import _unavailable
 from tests.test_worker import Node
 from tests.workers import Fleet, read_records
 from tickwork import App, Context, ExecutionStatus, InvalidInput, Status
-from tickwork.executor import Run
 from tickwork.locks import RedisLocks
-from tickwork.node_locks import NodeLocks, RedisMode
-from tickwork.reconciler import reconcile
+from tickwork.node.executor import Run
+from tickwork.node.reconciler import reconcile
+from tickwork.node.redis_locks import NodeLocks, RedisMode
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Status, Task
-from tickwork.reconciler import reconcile
+from tickwork.node.reconciler import reconcile
 from tickwork.schedules import outcome_of
 from tickwork.store import Claim, NewTask, Renewal, Store, open_store
 

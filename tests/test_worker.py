@@ -153,7 +153,7 @@ def test_shutdown_gives_back_claims_that_never_started(app: App) -> None:
     claims = app.store.claim(worker.node_id, worker.names, 3, app.lease)
     assert len(claims) == 3
     # Queue them as the poll loop would, without a pool thread having started any.
-    from tickwork.executor import Run
+    from tickwork.node.executor import Run
 
     for claim in claims:
         definition = app.registry.get(claim.task.name)
@@ -313,7 +313,7 @@ def test_shutdown_interrupts_after_grace_without_using_an_attempt(sqlite_url: st
 
 
 def test_a_written_run_never_removes_a_newer_run_of_the_same_task(app: App) -> None:
-    from tickwork.executor import Run
+    from tickwork.node.executor import Run
 
     worker = app.worker(concurrency=2)
     task = app.schedule("t.record")
@@ -332,12 +332,12 @@ def test_a_written_run_never_removes_a_newer_run_of_the_same_task(app: App) -> N
 def test_a_failing_policy_ends_the_task_failed_instead_of_leaking_its_slot(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tickwork.worker
+    import tickwork.node.worker
 
     def broken(*args: object, **kwargs: object) -> object:
         raise ZeroDivisionError("policy bug")
 
-    monkeypatch.setattr(tickwork.worker, "outcome_of", broken)
+    monkeypatch.setattr(tickwork.node.worker, "outcome_of", broken)
     node = Node(app, concurrency=1)
     first = app.schedule("t.record")
     second = app.schedule("t.record")
@@ -349,7 +349,7 @@ def test_a_failing_policy_ends_the_task_failed_instead_of_leaking_its_slot(
 
 
 def test_prefetch_follows_how_long_runs_take() -> None:
-    from tickwork.worker import Prefetch
+    from tickwork.node.worker import Prefetch
 
     policy = Prefetch(concurrency=8, cap=32)
     assert policy.extra() == 0  # nothing observed yet: only the free slots
@@ -401,7 +401,7 @@ def test_an_error_text_the_store_cannot_hold_is_cleaned_not_lost(
 
 
 def test_a_prefetched_run_whose_lease_was_lost_never_starts(app: App) -> None:
-    from tickwork.executor import CancelReason, Run
+    from tickwork.node.executor import CancelReason, Run
 
     ran: list[int] = []
 

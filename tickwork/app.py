@@ -23,15 +23,15 @@ from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNot
 from tickwork.events import Events, Hook
 from tickwork.locks import RedisLocks
 from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Stats, Status, Task
+from tickwork.node.redis_locks import NodeLocks, RedisMode
 from tickwork.node.settings import NodeSettings
-from tickwork.node_locks import NodeLocks, RedisMode
 from tickwork.registry import Isolation, Registry, TaskOptions
 from tickwork.schedules import IntervalSchedule, decide, first_slot_from, jitter_offset, schedule_of
 from tickwork.store import NewTask, Skipping, Store, open_store
 
 if TYPE_CHECKING:
-    from tickwork.autoscale import Autoscaler
-    from tickwork.worker import Worker
+    from tickwork.node.autoscale import Autoscaler
+    from tickwork.node.worker import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -585,7 +585,7 @@ class App:
         ``scale_down_after`` seconds with idle slots and no such backlog.
         ``prefetch``: claims held beyond the busy slots; None adapts it to how long runs
         take (see ``worker.Prefetch``), 0 claims only free slots."""
-        from tickwork.autoscale import Autoscaler
+        from tickwork.node.autoscale import Autoscaler
 
         autoscaler = None
         if max_concurrency is not None:
@@ -614,7 +614,7 @@ class App:
         node_id: str | None = None,
     ) -> Worker:
         """A node for this App's tasks, store, hooks and settings (not started: ``run()``)."""
-        from tickwork.worker import Worker
+        from tickwork.node.worker import Worker
 
         return Worker(
             self.store,

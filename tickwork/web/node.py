@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 
 from tickwork.app import App
+from tickwork.node.worker import Worker
 from tickwork.web.database import Database
-from tickwork.worker import Worker
 
 log = logging.getLogger("tickwork.web")
 JOIN_SLACK_S = 10.0

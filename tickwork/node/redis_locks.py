@@ -22,9 +22,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tickwork.executor import Run
 from tickwork.locks import LockStoreUnavailable, RedisLocks
 from tickwork.model import Task
+from tickwork.node.executor import Run
 from tickwork.store.base import Claim
 
 log = logging.getLogger("tickwork.locks")

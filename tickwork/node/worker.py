@@ -28,22 +28,22 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from types import FrameType
 
-from tickwork.autoscale import Autoscaler
 from tickwork.clock import utcnow
 from tickwork.context import Context
 from tickwork.errors import InvalidInput, NodeError
 from tickwork.events import Events, for_outcome
-from tickwork.executor import CancelReason, Executor, Run, RunResult
-from tickwork.isolation import prepare
 from tickwork.metrics import RUNNING, SLOTS, STALE_RESULTS, TaskMetrics
 from tickwork.model import Claim, ErrorInfo, ExecutionStatus, Node, Outcome, Overlap, Renewal
+from tickwork.node.autoscale import Autoscaler
+from tickwork.node.executor import CancelReason, Executor, Run, RunResult
 from tickwork.node.health import StoreHealth
+from tickwork.node.isolation import prepare
+from tickwork.node.reconciler import reconcile
+from tickwork.node.recorder import Recorder
+from tickwork.node.redis_locks import NodeLocks
+from tickwork.node.renewer import Renewer
 from tickwork.node.settings import NodeSettings
-from tickwork.node_locks import NodeLocks
-from tickwork.reconciler import reconcile
-from tickwork.recorder import Recorder
 from tickwork.registry import Isolation, Registry
-from tickwork.renewer import Renewer
 from tickwork.schedules import decide, failed_outcome, outcome_of, schedule_of, skipped_outcome
 from tickwork.store.base import Store
 

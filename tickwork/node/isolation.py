@@ -108,7 +108,7 @@ def prepare(funcs: Iterable[Callable[..., Any]]) -> None:
         if module_name and module_name != "__main__":
             modules.add(module_name)
     if START_METHOD == "forkserver" and modules:
-        multiprocessing.get_context("forkserver").set_forkserver_preload(["tickwork.isolation", *sorted(modules)])
+        multiprocessing.get_context("forkserver").set_forkserver_preload(["tickwork.node.isolation", *sorted(modules)])
 
 
 def run_in_process(

@@ -23,8 +23,8 @@ from typing import Any
 from tickwork.codec import dumps, json_problem
 from tickwork.context import CancelFlag, Context
 from tickwork.errors import Cancelled
-from tickwork.isolation import ChildCancelled, ChildFailed, run_in_process
 from tickwork.model import ErrorInfo, ExecutionStatus
+from tickwork.node.isolation import ChildCancelled, ChildFailed, run_in_process
 from tickwork.registry import Isolation, TaskDef
 from tickwork.store.base import Claim
 
