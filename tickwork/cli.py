@@ -28,8 +28,7 @@ from tickwork.metrics import serve_metrics, watch_queue
 from tickwork.model import Execution, Status
 from tickwork.redact import REDACTOR
 from tickwork.schedules import fire_times
-from tickwork.store.sqlite import path_from_url
-from tickwork.urls import masked
+from tickwork.urls import masked, path_from_url
 
 console = Console()
 log = logging.getLogger("tickwork.cli")

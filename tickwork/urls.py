@@ -1,14 +1,18 @@
-"""Database and Redis URLs as they may be shown: with their secrets masked.
+"""Database and Redis URLs read and shown without depending on a store.
 
 Every message, log line and page that names a URL goes through ``masked`` (a password
 in the authority part or in a ``password=`` query parameter), and text that came from a
-driver and may quote the URL goes through ``scrubbed``.
+driver and may quote the URL goes through ``scrubbed``. ``path_from_url`` lives here,
+not in the SQLite dialect, because callers outside the store (the command line checks
+that a database file exists before it opens one) need the same reading of the URL.
 """
 
 from __future__ import annotations
 
 import re
 from urllib.parse import unquote
+
+from tickwork.errors import StoreError
 
 MASK = "***"
 
@@ -38,3 +42,14 @@ def scrubbed(text: str, url: str) -> str:
     for secret in secrets_of(url):
         text = text.replace(secret, MASK)
     return text
+
+
+def path_from_url(url: str) -> str:
+    """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``sqlite:///:memory:``."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        raise StoreError(f"url={masked(url)!r}: expected sqlite:///PATH")
+    path = url[len(prefix) :]
+    if not path:
+        raise StoreError(f"url={masked(url)!r}: missing database path")
+    return path

@@ -24,22 +24,11 @@ from tickwork.codec import dumps
 from tickwork.errors import StoreError
 from tickwork.store import queries
 from tickwork.store.sql import Row, iter_statements
-from tickwork.urls import masked
+from tickwork.urls import path_from_url as path_from_url  # re-exported for store/__init__.py and probe.py
 
 BUSY_TIMEOUT_S = 30.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
-
-
-def path_from_url(url: str) -> str:
-    """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``sqlite:///:memory:``."""
-    prefix = "sqlite:///"
-    if not url.startswith(prefix):
-        raise StoreError(f"url={masked(url)!r}: expected sqlite:///PATH")
-    path = url[len(prefix) :]
-    if not path:
-        raise StoreError(f"url={masked(url)!r}: missing database path")
-    return path
 
 
 class _Session:
