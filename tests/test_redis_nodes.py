@@ -23,9 +23,9 @@ from tests.test_worker import Node
 from tests.workers import Fleet, read_records
 from tickwork import App, Context, ExecutionStatus, InvalidInput, Status
 from tickwork.locks import RedisLocks
-from tickwork.node.executor import Run
 from tickwork.node.reconciler import reconcile
 from tickwork.node.redis_locks import NodeLocks, RedisMode
+from tickwork.node.run import Run
 
 
 @pytest.fixture

@@ -153,19 +153,19 @@ def test_shutdown_gives_back_claims_that_never_started(app: App) -> None:
     claims = app.store.claim(worker.node_id, worker.names, 3, app.lease)
     assert len(claims) == 3
     # Queue them as the poll loop would, without a pool thread having started any.
-    from tickwork.node.executor import Run
+    from tickwork.node.run import Run
 
     for claim in claims:
         definition = app.registry.get(claim.task.name)
         assert definition is not None
-        worker._runs[claim.task.id] = Run(claim, definition)
-    worker._release_unstarted()
+        worker.runs.add(Run(claim, definition))
+    worker.release_unstarted()
     assert worker.running == 0
     for task in tasks:
         after = app.get(task.id)
         assert (after.status, after.attempt, after.lease_owner) == (Status.PENDING, 0, None)
         assert app.executions(task.id) == []
-    worker._pool.shutdown()
+    worker.slots.shutdown()
 
 
 def test_node_row_is_registered_while_running_and_removed_after(app: App) -> None:
@@ -313,7 +313,7 @@ def test_shutdown_interrupts_after_grace_without_using_an_attempt(sqlite_url: st
 
 
 def test_a_written_run_never_removes_a_newer_run_of_the_same_task(app: App) -> None:
-    from tickwork.node.executor import Run
+    from tickwork.node.run import Run
 
     worker = app.worker(concurrency=2)
     task = app.schedule("t.record")
@@ -322,22 +322,22 @@ def test_a_written_run_never_removes_a_newer_run_of_the_same_task(app: App) -> N
     assert definition is not None
     old_run = Run(first, definition)
     newer = Run(dataclasses.replace(first, execution_id=first.execution_id + 1000), definition)
-    worker._runs[newer.execution_id] = newer
-    worker._forget([old_run])  # the earlier run's result landed after the task was re-claimed
-    assert worker._runs == {newer.execution_id: newer}
-    worker._pool.shutdown()
+    worker.runs.add(newer)
+    worker.runner.forget([old_run])  # the earlier run's result landed after the task was re-claimed
+    assert worker.runs.runs() == [newer]
+    worker.slots.shutdown()
     assert task.id == newer.task_id
 
 
 def test_a_failing_policy_ends_the_task_failed_instead_of_leaking_its_slot(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tickwork.node.worker
+    import tickwork.node.outcomes
 
     def broken(*args: object, **kwargs: object) -> object:
         raise ZeroDivisionError("policy bug")
 
-    monkeypatch.setattr(tickwork.node.worker, "outcome_of", broken)
+    monkeypatch.setattr(tickwork.node.outcomes, "outcome_of", broken)
     node = Node(app, concurrency=1)
     first = app.schedule("t.record")
     second = app.schedule("t.record")
@@ -349,7 +349,7 @@ def test_a_failing_policy_ends_the_task_failed_instead_of_leaking_its_slot(
 
 
 def test_prefetch_follows_how_long_runs_take() -> None:
-    from tickwork.node.worker import Prefetch
+    from tickwork.node.slots import Prefetch
 
     policy = Prefetch(concurrency=8, cap=32)
     assert policy.extra() == 0  # nothing observed yet: only the free slots
@@ -401,7 +401,7 @@ def test_an_error_text_the_store_cannot_hold_is_cleaned_not_lost(
 
 
 def test_a_prefetched_run_whose_lease_was_lost_never_starts(app: App) -> None:
-    from tickwork.node.executor import CancelReason, Run
+    from tickwork.node.run import CancelReason, Run
 
     ran: list[int] = []
 
@@ -415,11 +415,11 @@ def test_a_prefetched_run_whose_lease_was_lost_never_starts(app: App) -> None:
     definition = app.registry.get("t.must_not_run")
     assert definition is not None
     run = Run(claim, definition)
-    worker._runs[run.execution_id] = run
+    worker.runs.add(run)
     run.request_cancel(CancelReason.LOST)  # the monitor found its lease gone while it waited
-    worker._execute(run)
+    worker.runner.execute(run)
     assert ran == [] and worker.running == 0
-    worker._pool.shutdown()
+    worker.slots.shutdown()
 
 
 def test_single_catchup_after_downtime_runs_the_latest_missed_slot_and_records_the_rest(sqlite_url: str) -> None:

@@ -614,6 +614,7 @@ class App:
         node_id: str | None = None,
     ) -> Worker:
         """A node for this App's tasks, store, hooks and settings (not started: ``run()``)."""
+        from tickwork.metrics import PrometheusStats
         from tickwork.node.worker import Worker
 
         return Worker(
@@ -627,6 +628,7 @@ class App:
             prefetch=prefetch,
             node_id=node_id,
             autoscaler=autoscaler,
+            stats=PrometheusStats(),
         )
 
 

@@ -56,17 +56,22 @@ LATENESS = Histogram(
 )
 
 
-class TaskMetrics:
-    """The per-run metrics of one node, with each label set's child looked up once:
-    ``labels()`` takes a lock and checks its arguments on every call, which a node
-    running thousands of short runs a second would pay on each."""
+RUNNING = Gauge("tickwork_running", "Runs this node holds now (running, or claimed and waiting for a slot).")
+SLOTS = Gauge("tickwork_slots", "Run slots of this node (its concurrency; it moves with autoscaling).")
+
+
+class PrometheusStats:
+    """A node's ``NodeStats`` (tickwork/node/stats.py) as Prometheus series in the default
+    registry. Each label set's child is looked up once: ``labels()`` takes a lock and
+    checks its arguments on every call, which a node running thousands of short runs a
+    second would pay on each."""
 
     def __init__(self) -> None:
         self._runs: dict[tuple[str, str], Any] = {}
         self._durations: dict[str, Any] = {}
         self._lateness: dict[str, Any] = {}
 
-    def ended(self, task: str, status: str, seconds: float | None) -> None:
+    def run_ended(self, task: str, status: str, seconds: float | None) -> None:
         counter = self._runs.get((task, status))
         if counter is None:
             counter = self._runs[(task, status)] = RUNS.labels(task=task, status=status)
@@ -77,15 +82,23 @@ class TaskMetrics:
                 histogram = self._durations[task] = DURATION.labels(task=task)
             histogram.observe(seconds)
 
-    def started(self, task: str, late_by: float) -> None:
+    def run_started(self, task: str, late_by: float) -> None:
         histogram = self._lateness.get(task)
         if histogram is None:
             histogram = self._lateness[task] = LATENESS.labels(task=task)
         histogram.observe(late_by)
 
+    def stale_write(self, write: str) -> None:
+        STALE_RESULTS.labels(write=write).inc()
 
-RUNNING = Gauge("tickwork_running", "Runs this node holds now (running, or claimed and waiting for a slot).")
-SLOTS = Gauge("tickwork_slots", "Run slots of this node (its concurrency; it moves with autoscaling).")
+    def recovered(self, reason: str, count: int) -> None:
+        RECOVERED.labels(reason=reason).inc(count)
+
+    def running(self, count: int) -> None:
+        RUNNING.set(count)
+
+    def slots(self, count: int) -> None:
+        SLOTS.set(count)
 
 
 class QueueCollector(Collector):

@@ -12,14 +12,19 @@ node that ran it finds its lease gone at its next heartbeat and stops the run.
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from tickwork.events import Events, for_outcome
-from tickwork.metrics import RECOVERED
 from tickwork.model import ErrorInfo, ExecutionStatus, OnLost
+from tickwork.node.health import StoreHealth
+from tickwork.node.settings import NodeSettings
+from tickwork.node.stats import NO_STATS, NodeStats
 from tickwork.schedules import failed_outcome, outcome_of
 from tickwork.store.base import Claim, Outcome, Store
 
@@ -28,6 +33,76 @@ log = logging.getLogger("tickwork.reconciler")
 BATCH = 100
 # Pages of runs spared as alive that one pass looks past.
 SPARED_PAGES = 10
+# A node row whose heartbeat is older than this (and three leases) belongs to a dead node.
+NODE_TTL_FLOOR_S = 60.0
+# A store call that kept its caller waiting this many leases may have let leases lapse:
+# it counts as an outage (see health.py).
+SLOW_CALL_LEASES = 0.5
+
+
+class ReconcilerLoop:
+    """A node's reconciler thread: a pass every heartbeat, on a thread of its own so that a
+    slow pass never delays renewals, paused while the store's answers cannot be trusted
+    (an outage kept owners from renewing just as long: their lapsed leases prove nothing)."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: NodeSettings,
+        health: StoreHealth,
+        *,
+        own: Callable[[], list[int]],
+        live: Callable[[list[int]], set[int] | None] | None,
+        events: Events | None,
+        stats: NodeStats,
+        on_recovered: Callable[[], None],
+    ) -> None:
+        self.store, self.settings, self.health = store, settings, health
+        self.own, self.live, self.events, self.stats = own, live, events, stats
+        self.on_recovered = on_recovered
+
+    def main(self, stop: threading.Event) -> None:
+        waiting = False
+        while not stop.is_set():
+            if (quiet := self.health.quiet_for()) > 0:
+                if not waiting:
+                    log.info("reconciler paused by a store outage: it reaps a heartbeat after the store answers again")
+                    waiting = True
+                stop.wait(min(quiet, self.settings.heartbeat))
+                continue
+            waiting = False
+            self.one_pass()
+            stop.wait(self.settings.heartbeat)
+
+    def one_pass(self) -> int:
+        try:
+            own = self.own()
+            began = time.monotonic()
+            recovered = reconcile(
+                self.store,
+                node_ttl=max(NODE_TTL_FLOOR_S, 3 * self.settings.lease),
+                events=self.events,
+                live=self.live,
+                lock_grace=self.settings.lease,
+                overrun_grace=self.settings.lease,
+                own=own,
+                may_reap=functools.partial(self._may_reap, began),
+                stats=self.stats,
+            )
+        except Exception:
+            log.warning("reconciler pass failed", exc_info=True)
+            self.health.failed()
+            return 0
+        if recovered:
+            self.on_recovered()  # recovered runs are due again: claim them now, not at the next poll
+        return recovered
+
+    def _may_reap(self, began: float) -> bool:
+        """Whether the pass begun at ``began`` may reap now: not when the store kept it
+        waiting for half a lease or more (its owners waited just as long)."""
+        if time.monotonic() - began > self.settings.lease * SLOW_CALL_LEASES:
+            self.health.slow()
+        return self.health.quiet_for() == 0
 
 
 def reconcile(
@@ -39,6 +114,7 @@ def reconcile(
     overrun_grace: float = 30.0,
     own: Sequence[int] = (),
     may_reap: Callable[[], bool] | None = None,
+    stats: NodeStats = NO_STATS,
 ) -> int:
     """Recover one batch of expired and one of overrun runs and forget nodes silent for
     ``node_ttl`` seconds; return how many runs this call recovered.
@@ -73,8 +149,8 @@ def reconcile(
                 break
     if may_reap is not None and not may_reap():
         return 0
-    return _recover(store, expired, events, overrun=False) + _recover(
-        store, store.overrun(BATCH, overrun_grace), events, overrun=True
+    return _recover(store, expired, events, stats, overrun=False) + _recover(
+        store, store.overrun(BATCH, overrun_grace), events, stats, overrun=True
     )
 
 
@@ -94,7 +170,7 @@ def _spared(
     return spared
 
 
-def _recover(store: Store, claims: list[Claim], events: Events | None, *, overrun: bool) -> int:
+def _recover(store: Store, claims: list[Claim], events: Events | None, stats: NodeStats, *, overrun: bool) -> int:
     if not claims:
         return 0
     now = store.now()
@@ -116,7 +192,7 @@ def _recover(store: Store, claims: list[Claim], events: Events | None, *, overru
             if not ok:
                 continue
             recovered += 1
-            RECOVERED.labels(reason=reason).inc()
+            stats.recovered(reason, 1)
             log.warning("task %s: run %s by node %s, ended %s", outcome.task_id, reason, owner, outcome.status)
             if events is not None:
                 for event, payload in for_outcome(by_task[outcome.task_id], outcome, owner, lost=not overrun):

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from tickwork.metrics import STALE_RESULTS
 from tickwork.model import ErrorInfo
+from tickwork.node.stats import NO_STATS, NodeStats
 from tickwork.store.base import Outcome, Store
 
 log = logging.getLogger("tickwork.recorder")
@@ -39,8 +39,10 @@ class Recorder(Generic[T]):
         store: Store,
         node_id: str,
         on_written: Callable[[list[tuple[T, Outcome, bool | None]]], None],
+        stats: NodeStats = NO_STATS,
     ) -> None:
         self.store = store
+        self.stats = stats
         self.node_id = node_id
         self.on_written = on_written
         self.failure: BaseException | None = None
@@ -90,7 +92,7 @@ class Recorder(Generic[T]):
         self.write_s = time.monotonic() - started
         for (_, outcome), ok in zip(batch, applied, strict=True):
             if ok is False:
-                STALE_RESULTS.labels(write="result").inc()
+                self.stats.stale_write("result")
                 log.warning(
                     "task %s: stale result dropped: fence %s no longer holds the lease (0 rows changed)",
                     outcome.task_id,

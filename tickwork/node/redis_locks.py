@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from tickwork.locks import LockStoreUnavailable, RedisLocks
 from tickwork.model import Task
-from tickwork.node.executor import Run
+from tickwork.node.run import Run
 from tickwork.store.base import Claim
 
 log = logging.getLogger("tickwork.locks")

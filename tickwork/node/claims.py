@@ -1,0 +1,182 @@
+"""One claim round of the poll loop, and how long to sleep after it.
+
+A round asks the store for at most the free slots' worth of due tasks, takes their Redis
+locks when locks are on (giving back what a live node holds), and says from when their
+leases run. It never blocks on anything but the store, and a failed round leaves no
+claim unaccounted for: a claim whose reply was lost is found and given back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from tickwork.model import Claim
+from tickwork.node.health import StoreHealth
+from tickwork.node.redis_locks import NodeLocks
+from tickwork.node.settings import NodeSettings
+from tickwork.store.base import Store
+
+log = logging.getLogger("tickwork.worker")
+
+# Runs claimed this long before a failed claim are looked at too: the store's clock and
+# this node's estimate of it may differ by a round trip.
+CLOCK_MARGIN = timedelta(seconds=1)
+MAX_ERROR_PAUSE_S = 1.0
+"""Longest pause between failing claims: a node resumes within about this much of the
+store answering again (each failing try is one connection attempt, cheap for a server)."""
+FAILURE_LOG_EVERY = 30
+"""While claims keep failing, one log line per this many failures after the first."""
+# A store call that kept its caller waiting this many leases may have let leases lapse:
+# it counts as an outage (see health.py).
+SLOW_CALL_LEASES = 0.5
+# How far this node's estimate of the store's clock may be off (half a round trip).
+CLOCK_ESTIMATE_MARGIN_S = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """What one claim round got: the claims to run (each with its Redis lock token, if
+    any), how many the store gave (given-back ones included), and from when (monotonic)
+    their leases run."""
+
+    claims: list[tuple[Claim, str | None]]
+    claimed: int
+    leased_at: float
+    asked_at: datetime
+    took: float
+
+
+class Claimer:
+    def __init__(
+        self,
+        store: Store,
+        node_id: str,
+        names: Sequence[str],
+        settings: NodeSettings,
+        health: StoreHealth,
+        *,
+        locks: NodeLocks | None = None,
+        known: Callable[[], set[int]] = set,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store, self.node_id, self.names, self.settings = store, node_id, list(names), settings
+        self.health, self.locks, self.known, self.clock = health, locks, known, clock
+        self.locked_elsewhere: dict[int, float] = {}  # task id -> monotonic time to try it again
+        self.failures = 0
+        self._failing_since = 0.0
+
+    def claim(self, free: int) -> Round | None:
+        """Claim up to ``free`` due tasks; None when the store failed (the caller pauses
+        for ``error_pause()``)."""
+        asked_at = self.store.approximate_now()
+        started = self.clock()
+        try:
+            claims = self.store.claim(
+                self.node_id, self.names, free, self.settings.lease, exclude=self._locked_elsewhere_ids()
+            )
+        except Exception:
+            self._give_back_lost_claims(asked_at - CLOCK_MARGIN)
+            self._failed(started)
+            return None
+        took = self.clock() - started
+        if took > self.settings.lease * SLOW_CALL_LEASES:
+            self.health.slow()  # the claim waited on the store (a lock held elsewhere)
+        else:
+            self.health.answered()
+        if self.failures:
+            log.warning("claims work again after %.1f s (%d failed)", started - self._failing_since, self.failures)
+        self.failures = 0
+        tokens, refused = self._lock(claims)
+        kept = [(c, tokens.get(c.execution_id)) for c in claims if c.execution_id not in refused]
+        return Round(kept, len(claims), self._lease_start(claims, started), asked_at, took)
+
+    def error_pause(self) -> float:
+        """How long to wait after the ``failures``-th failed round in a row."""
+        return min(self.settings.poll_interval * self.failures, MAX_ERROR_PAUSE_S)
+
+    def _failed(self, started: float) -> None:
+        self.failures += 1
+        if self.failures == 1:
+            self._failing_since = started
+            self.health.failed()
+            log.exception("claim failed; retrying until the store answers (every %.0f s at most)", MAX_ERROR_PAUSE_S)
+        elif self.failures % FAILURE_LOG_EVERY == 0:
+            log.warning("claims still failing (%d in a row, %.0f s)", self.failures, started - self._failing_since)
+
+    def _locked_elsewhere_ids(self) -> list[int]:
+        now = self.clock()
+        for task_id in [t for t, until in self.locked_elsewhere.items() if until <= now]:
+            del self.locked_elsewhere[task_id]
+        return list(self.locked_elsewhere)
+
+    def _lock(self, claims: list[Claim]) -> tuple[dict[int, str], set[int]]:
+        """Take the Redis locks of fresh claims; give back those another node holds and
+        leave those out of this node's claims for a heartbeat (their holder extends
+        them every heartbeat, and the next claims must not be the same ones again).
+        Returns the tokens and the execution ids given back, both by execution id."""
+        if self.locks is None or not claims:
+            return {}, set()
+        taken = self.locks.take(claims)
+        if taken.refused:
+            until = self.clock() + self.settings.heartbeat
+            for claim in taken.refused:
+                self.locked_elsewhere[claim.task.id] = until
+            try:
+                self.store.release(self.node_id, taken.refused, notify=False)
+            except Exception:
+                log.warning(
+                    "could not give back %d claims; their leases will expire", len(taken.refused), exc_info=True
+                )
+        return taken.tokens, {c.execution_id for c in taken.refused}
+
+    def _give_back_lost_claims(self, since: datetime) -> None:
+        """A claim can commit while its reply is lost: the rows are ours, but nothing here
+        knows of them. Release them (fenced) so they run now, not after a lease expiry
+        that would count them as failed attempts."""
+        try:
+            known = self.known()
+            lost = [c for c in self.store.claimed_since(self.node_id, since) if c.execution_id not in known]
+            if lost:
+                released = self.store.release(self.node_id, lost)
+                log.warning("gave back %d claims whose confirmation was lost", released)
+        except Exception as exc:
+            log.warning("could not look for lost claims (%s); their leases will expire", type(exc).__name__)
+
+    def _lease_start(self, claims: list[Claim], sent: float) -> float:
+        """When the claims' leases began, on this node's monotonic clock: from the expiry
+        the store wrote (a claim can wait long for a lock before it runs), never before
+        the claim was sent, less a margin for the error of the store-clock estimate."""
+        expiries = [c.task.lease_expires_at for c in claims if c.task.lease_expires_at is not None]
+        if not expiries:
+            return sent
+        began = min(expiries) - timedelta(seconds=self.settings.lease)
+        ago = (self.store.approximate_now() - began).total_seconds()
+        return max(sent, self.clock() - ago - CLOCK_ESTIMATE_MARGIN_S)
+
+    def sleep_for(self, idle_slots: int, claimed_at: datetime | None = None) -> float:
+        """Until the next due task (capped by poll_interval); idle slots make it worth asking.
+
+        A task that was already due when a claim that left slots idle was made was passed
+        over by that claim: another node is claiming it, or a session outside tickwork
+        holds its row locked. Asking again at once would only spin on it: wait for the
+        poll interval (new work, a NOTIFY or a finished run still wakes us)."""
+        cap = self.settings.poll_interval
+        if idle_slots <= 0:
+            return cap  # a finishing run wakes us
+        try:
+            due = self.store.next_due_at(self.names)
+            if due is None or (claimed_at is not None and due <= claimed_at):
+                return cap
+            wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))
+            if wait == 0.0 and self.locked_elsewhere:
+                # The due task may be one left out as locked elsewhere: retry when it may
+                # be free (new work still wakes us), rather than spin on it.
+                wait = min(cap, max(0.0, min(self.locked_elsewhere.values()) - self.clock()))
+            return wait
+        except Exception:
+            log.exception("next_due_at failed")
+            return cap

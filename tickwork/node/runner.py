@@ -1,0 +1,174 @@
+"""One run on its slot thread: the misfire decision, the Context, deadlines, overlap,
+the task itself, and the hand-off of its outcome to the recorder.
+
+A run keeps its slot and its lease (renewed by leases.py) until the recorder has
+written its outcome; only then does the node forget it (``Runner.written``) and claim
+more.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from tickwork.clock import utcnow
+from tickwork.context import Context
+from tickwork.events import Events, for_outcome
+from tickwork.model import ErrorInfo, ExecutionStatus, Outcome, Overlap
+from tickwork.node.executor import Executor
+from tickwork.node.outcomes import RunResult, cancelled_result, outcome_for
+from tickwork.node.recorder import Recorder
+from tickwork.node.redis_locks import NodeLocks
+from tickwork.node.run import CancelReason, Run, RunState
+from tickwork.node.slots import Prefetch, RunTable
+from tickwork.node.stats import NodeStats
+from tickwork.schedules import decide, schedule_of, skipped_outcome
+from tickwork.store.base import Store
+
+log = logging.getLogger("tickwork.worker")
+
+
+class Runner:
+    def __init__(
+        self,
+        store: Store,
+        node_id: str,
+        runs: RunTable,
+        executor: Executor,
+        recorder: Recorder[Run],
+        *,
+        prefetch: Prefetch,
+        stats: NodeStats,
+        events: Events,
+        renew: Callable[[Run], bool],
+        locks: NodeLocks | None = None,
+        monitor_wake: threading.Event | None = None,
+        on_forget: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store, self.node_id, self.runs = store, node_id, runs
+        self.executor, self.recorder, self.prefetch = executor, recorder, prefetch
+        self.stats, self.events, self.renew, self.locks = stats, events, renew, locks
+        self.monitor_wake = monitor_wake if monitor_wake is not None else threading.Event()
+        self.on_forget = on_forget
+        self.clock = clock
+
+    def execute(self, run: Run) -> None:
+        """The slot thread's whole job for one run; never raises."""
+        if not run.advance_from(RunState.QUEUED, RunState.RUNNING):
+            return  # given back at shutdown while it waited for this slot
+        try:
+            if run.cancel_reason is not None:  # it waited as prefetch and was cancelled or lost
+                self.skip(run)
+                return
+            decision = decide(run.claim.task, self.store.approximate_now())
+            if not decision.run:  # missed slots the policy does not run now
+                log.info("task %s: %s", run.task_id, decision.text)
+                run.advance(RunState.RECORDING)
+                self.recorder.submit(run, skipped_outcome(run.claim, decision, self.store.approximate_now()))
+                return
+            ctx = self._context(run)
+            run.started_at = self.store.approximate_now()
+            task = run.claim.task
+            self.stats.run_started(task.name, max(0.0, (run.started_at - task.next_run_at).total_seconds()))
+            self._set_deadlines(run)
+            began = self.clock()
+            result = self.executor.execute(run, ctx)
+            self.prefetch.observe_run(self.clock() - began)
+        except BaseException as exc:
+            # Executor.execute turns task errors into results: this is a bug of ours.
+            log.exception("task %s: unexpected error while running", run.task_id)
+            result = RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
+        self.record(run, result)
+
+    def _context(self, run: Run) -> Context:
+        task = run.claim.task
+        return Context(
+            task_id=task.id,
+            task_name=task.name,
+            execution_id=run.claim.execution_id,
+            attempt=task.attempt,
+            scheduled_for=run.claim.scheduled_for,
+            fence=run.claim.fence,
+            cancel_flag=run.cancel_flag,
+            renew=lambda: self.renew(run),
+        )
+
+    def _set_deadlines(self, run: Run) -> None:
+        """The monitor's deadlines for this run: the nearer of timeout and max_runtime,
+        and with overlap="replace" the moment its next slot comes due."""
+        task = run.claim.task
+        limits = [
+            (s, r)
+            for s, r in ((task.timeout, CancelReason.TIMEOUT), (task.max_runtime, CancelReason.MAX_RUNTIME))
+            if s is not None
+        ]
+        if limits:
+            seconds, run.deadline_reason = min(limits)
+            run.deadline = self.clock() + seconds
+            self.monitor_wake.set()
+        if task.overlap is Overlap.REPLACE and (schedule := schedule_of(task)) is not None:
+            due_in = schedule.next_after(run.claim.scheduled_for) - self.store.approximate_now()
+            # A catch-up run whose next slot is missed too is left to the misfire policy.
+            if due_in.total_seconds() > -task.misfire_grace:
+                run.replace_at = self.clock() + max(0.0, due_in.total_seconds())
+                self.monitor_wake.set()
+
+    def skip(self, run: Run) -> None:
+        """A run stopped before it started. One whose lease was lost belongs to someone
+        else now: forget it, write nothing. One cancelled on request is recorded so."""
+        if run.cancel_reason is CancelReason.LOST:
+            log.warning("task %s: lease lost before the run started; not running it", run.task_id)
+            self.drop(run)
+            return
+        if run.cancel_reason is CancelReason.LOCK_LOST:
+            log.warning("task %s: Redis lock lost before the run started; giving the claim back", run.task_id)
+            try:
+                self.store.release(self.node_id, [run.claim])
+            except Exception:
+                log.warning("could not give back task %s; its lease will expire", run.task_id, exc_info=True)
+            self.drop(run)
+            return
+        log.info("task %s: %s before the run started", run.task_id, run.cancel_reason)
+        self.record(run, cancelled_result(run))
+
+    def record(self, run: Run, result: RunResult) -> None:
+        """Hand the outcome to the recorder; the run keeps its slot and lease until written."""
+        try:
+            now = self.store.approximate_now()
+        except Exception:
+            log.warning("store clock unavailable; recording with the local clock", exc_info=True)
+            now = utcnow()
+        outcome = outcome_for(run, result, now)
+        run.advance(RunState.RECORDING)
+        self.recorder.submit(run, outcome)
+
+    def drop(self, run: Run) -> None:
+        """Forget a run with nothing to write (it belongs to another node now)."""
+        run.advance(RunState.DONE)
+        self.forget([run])
+
+    def written(self, results: list[tuple[Run, Outcome, bool | None]]) -> None:
+        """On the recorder's thread: the results are in the store. Free the runs' slots,
+        let the poll loop claim, and tell the hooks and the webhook what was recorded."""
+        runs = [run for run, _, _ in results]
+        for run in runs:
+            run.advance(RunState.DONE)
+        self.forget(runs)
+        events = self.events
+        for run, outcome, applied in results:
+            if applied:
+                started = run.started_at
+                took = None if started is None else max(0.0, (outcome.finished_at - started).total_seconds())
+                self.stats.run_ended(run.claim.task.name, outcome.status.value, took)
+                if events.wanted:  # no payloads built for nobody
+                    for event, payload in for_outcome(run.claim, outcome, self.node_id):
+                        events.emit(event, payload)
+
+    def forget(self, runs: list[Run]) -> None:
+        if self.locks is not None:
+            self.locks.release(runs)  # after the write, before another claim can want them
+        self.runs.forget(runs)
+        self.on_forget()

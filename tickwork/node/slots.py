@@ -1,0 +1,141 @@
+"""A node's capacity: its slot threads, how far it claims ahead, and the runs it holds."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from tickwork.node.run import Run, RunState
+
+
+class Prefetch:
+    """How many claims a node holds beyond its busy slots.
+
+    Enough to keep the slots busy during one refill (the round trips that write results
+    and claim more), at the rate runs are ending: ``concurrency * refill time / run time``,
+    capped. Long runs give ~0, so a node never sits on work another node could start;
+    very short runs give the cap, so a node is not bound by its round trips. With no runs
+    observed yet it is 0: a node starting on a herd takes only its slots.
+    """
+
+    SMOOTHING = 0.2
+
+    def __init__(self, concurrency: int, cap: int) -> None:
+        self.concurrency = concurrency
+        self.cap = cap
+        self.run_s: float | None = None
+        self.refill_s: float | None = None
+
+    def observe_run(self, seconds: float) -> None:
+        self.run_s = self._smooth(self.run_s, seconds)
+
+    def observe_refill(self, seconds: float) -> None:
+        self.refill_s = self._smooth(self.refill_s, seconds)
+
+    def extra(self) -> int:
+        if self.cap <= 0 or self.run_s is None or self.refill_s is None:
+            return 0
+        return min(self.cap, int(self.concurrency * self.refill_s / max(self.run_s, 1e-6)))
+
+    def _smooth(self, average: float | None, sample: float) -> float:
+        return sample if average is None else average + self.SMOOTHING * (sample - average)
+
+
+class RunThreads:
+    """The node's slots: ``size`` threads taking runs from one queue, in order.
+
+    Lighter than a ThreadPoolExecutor (no future per run): the node tracks its runs
+    itself, and a run given back at shutdown is skipped when its turn comes.
+    """
+
+    def __init__(self, size: int, target: Callable[[Run], None]) -> None:
+        self._queue: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
+        self._target = target
+        self._size = 0
+        self._started = 0
+        self._lock = threading.Lock()
+        self.resize(size)
+
+    def submit(self, run: Run) -> None:
+        self._queue.put(run)
+
+    def resize(self, size: int) -> None:
+        """Start threads, or let some end once they reach their turn in the queue (a run
+        going on is never interrupted by a shrink)."""
+        with self._lock:
+            for _ in range(size - self._size):
+                self._started += 1
+                threading.Thread(target=self._main, name=f"tickwork-run-{self._started}", daemon=True).start()
+            for _ in range(self._size - size):
+                self._queue.put(None)
+            self._size = size
+
+    def shutdown(self) -> None:
+        """Let the threads end once they reach the end of the queue."""
+        self.resize(0)
+
+    def _main(self) -> None:
+        while (run := self._queue.get()) is not None:
+            self._target(run)
+
+
+class RunTable:
+    """The runs this node holds, by execution id: from the claim until the result is
+    written (or the claim given back). Its size is what the node counts as busy.
+
+    Keyed by execution id, not task id: a late write about an earlier run of a task must
+    never remove a newer run of the same task. ``on_size`` hears every new size (the
+    running gauge)."""
+
+    def __init__(self, on_size: Callable[[int], None] = lambda size: None) -> None:
+        self._runs: dict[int, Run] = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._on_size = on_size
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._runs)
+
+    def add(self, run: Run) -> None:
+        with self._lock:
+            self._runs[run.execution_id] = run
+            self._on_size(len(self._runs))
+
+    def forget(self, runs: Iterable[Run]) -> None:
+        with self._changed:
+            for run in runs:
+                if self._runs.get(run.execution_id) is run:
+                    del self._runs[run.execution_id]
+            self._on_size(len(self._runs))
+            self._changed.notify_all()
+
+    def runs(self, where: Callable[[Run], bool] | None = None) -> list[Run]:
+        """A snapshot, optionally filtered (read under the lock, used after it)."""
+        with self._lock:
+            return [r for r in self._runs.values() if where is None or where(r)]
+
+    def execution_ids(self) -> set[int]:
+        with self._lock:
+            return set(self._runs)
+
+    def task_ids(self) -> list[int]:
+        with self._lock:
+            return [run.task_id for run in self._runs.values()]
+
+    def release_unstarted(self) -> list[Run]:
+        """Mark every run still waiting for a slot RELEASED and return them; a slot
+        thread that reaches one later skips it (see run.py for the race)."""
+        with self._lock:
+            queued = list(self._runs.values())
+        return [run for run in queued if run.advance_from(RunState.QUEUED, RunState.RELEASED)]
+
+    def wait_empty(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every run to be forgotten; True if they were."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self._runs and (left := deadline - time.monotonic()) > 0:
+                self._changed.wait(left)
+            return not self._runs
