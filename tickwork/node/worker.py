@@ -122,7 +122,7 @@ class Worker:
             events=self.events, stats=stats, on_recovered=self.wakeup.set,
         )  # fmt: skip
         prepare([d.func for d in registry if d.options.isolation is Isolation.PROCESS])
-        self.slots = RunThreads(self.concurrency, self.runner.execute)
+        self.slots = RunThreads(0, self.runner.execute)  # started by run(): a built node holds no thread
         self._stopping = threading.Event()
         self._monitor_stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -137,6 +137,7 @@ class Worker:
         if install_signals:
             self._install_signal_handlers()
         self.store.register_node(self._node_row())
+        self.slots.resize(self.concurrency)
         self.leases.renewer.start()
         self.recorder.start()
         self._start("tickwork-monitor", self._supervised("monitor", self.leases.monitor_main))
@@ -189,36 +190,44 @@ class Worker:
 
     def _poll_loop(self) -> None:
         while not self._stopping.is_set():
-            self._check_threads()
-            extra = self.prefetch.extra()
-            capacity = self.concurrency + extra
-            running = self.running
-            free = capacity - running
-            if extra and running and free < capacity // CLAIM_BATCH_DIVISOR:
-                # Runs are short and slots refill faster than a round trip: let a batch's
-                # worth free up so that one claim fills it (a finishing run wakes us).
-                self._wait(self.settings.poll_interval)
+            pause = self.poll_once()
+            if pause is None:
                 continue
-            if free <= 0:
-                self._autoscale()
-                self._wait(self.claimer.sleep_for(0))
-                continue
-            if self.locks is not None and not self.locks.may_start():
-                self._wait(self.settings.poll_interval)  # redis_mode="required" and Redis is down
-                continue
-            got = self.claimer.claim(free)
-            if got is None:
-                self._stopping.wait(self.claimer.error_pause())
-                continue
-            self._fill(got)
-            if got.claimed and not got.claims:
-                # Redis down in required mode, or all locked by live nodes (left out of
-                # the next claims for a while): do not spin on them.
-                self._stopping.wait(self.settings.poll_interval)
-                continue
-            if got.claimed == free:
-                continue  # every slot filled: more may be due
-            self._wait(self.claimer.sleep_for(free - got.claimed, got.asked_at))
+            seconds, wakeable = pause
+            if wakeable:
+                self._wait(seconds)
+            else:
+                self._stopping.wait(seconds)  # new work must not cut this short: it would spin
+
+    def poll_once(self) -> tuple[float, bool] | None:
+        """One turn of the poll loop: claim into the free slots, if any. Returns how long
+        to sleep after it, and whether new work (a NOTIFY, a freed slot) may end that
+        sleep early; None to go again at once."""
+        self._check_threads()
+        extra = self.prefetch.extra()
+        capacity = self.concurrency + extra
+        running = self.running
+        free = capacity - running
+        if extra and running and free < capacity // CLAIM_BATCH_DIVISOR:
+            # Runs are short and slots refill faster than a round trip: let a batch's
+            # worth free up so that one claim fills it (a finishing run wakes us).
+            return self.settings.poll_interval, True
+        if free <= 0:
+            self._autoscale()
+            return self.claimer.sleep_for(0), True
+        if self.locks is not None and not self.locks.may_start():
+            return self.settings.poll_interval, True  # redis_mode="required" and Redis is down
+        got = self.claimer.claim(free)
+        if got is None:
+            return self.claimer.error_pause(), False
+        self._fill(got)
+        if got.claimed and not got.claims:
+            # Redis down in required mode, or all locked by live nodes (left out of
+            # the next claims for a while): do not spin on them.
+            return self.settings.poll_interval, False
+        if got.claimed == free:
+            return None  # every slot filled: more may be due
+        return self.claimer.sleep_for(free - got.claimed, got.asked_at), True
 
     def _wait(self, seconds: float) -> None:
         self.wakeup.wait(seconds)
