@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import hashlib
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from tickwork.cron import CronSchedule
 from tickwork.model import Claim, ErrorInfo, ExecutionStatus, Kind, Misfire, Outcome, Status, Task
@@ -25,6 +25,7 @@ __all__ = [
     "IntervalSchedule",
     "Schedule",
     "Settlement",
+    "cancel_wins",
     "decide",
     "failed_outcome",
     "fire_times",
@@ -35,6 +36,7 @@ __all__ = [
     "outcome_of",
     "require_aware",
     "retry_delay",
+    "run_slot",
     "schedule_of",
     "settle",
     "skipped_outcome",
@@ -101,18 +103,62 @@ class Settlement:
     triggered: bool
 
 
+_T = TypeVar("_T")
+
+
+def run_slot(triggered: bool, scheduled_at: _T, next_run_at: _T) -> _T:
+    """The slot a claimed run is for (its execution's ``scheduled_for``): a triggered
+    run's is the moment it was made due (``next_run_at``); any other run's is its
+    task's nominal slot (``scheduled_at``, which jitter and retry delays never move).
+
+    Generic in the time's type: the store applies it to values as they are stored.
+    PostgreSQL's set-based claims repeat it in SQL (``claim_skip_locked`` and
+    ``claim_cas_batch`` in postgres.sql); tests/test_store_rules.py holds every copy
+    to one table."""
+    return next_run_at if triggered else scheduled_at
+
+
+def cancel_wins(decided: Status, cancel_requested: bool, cancel_run_only: bool) -> tuple[Status, bool]:
+    """Cancel wins: the status a task is written with when one of its runs ends (or is
+    given back unstarted: ``decided`` is then PENDING), given its cancel flags at the
+    moment of the write; and whether the request stays on record (``cancel_requested``
+    after the write; ``cancel_run_only`` is always spent by the run).
+
+    A cancel of the task requested while the run was going on wins over the decision,
+    even one made from a snapshot taken before the request. Except when the decision
+    completed a one-time task: the run did its work and the task says so (the cancel
+    came too late), so that a task's status always matches its last run. A cancel of
+    the current run only never ends the task. (``settle`` decides from the snapshot:
+    a cancel the node already knew of wins over any outcome.)
+
+    The store applies this at the write, in the statement that checks the fence, so
+    that a request landing between the snapshot and the write is not lost: in SQL
+    (``settle_task`` and ``release_task`` in queries.sql, ``settle_batch`` in
+    postgres.sql), which tests/test_store_rules.py holds to this function's table."""
+    if _cancels_task(cancel_requested, cancel_run_only) and decided is not Status.COMPLETED:
+        return Status.CANCELLED, True
+    return decided, False
+
+
+def _cancels_task(cancel_requested: bool, cancel_run_only: bool) -> bool:
+    """A cancel of the whole task is requested, not of its current run only."""
+    return cancel_requested and not cancel_run_only
+
+
 def settle(
     task: Task, outcome: ExecutionStatus, now: datetime, *, interrupted: bool = False, replaced: bool = False
 ) -> Settlement:
     """How a run that ended with ``outcome`` moves ``task`` on.
 
     ``task`` is the task as claimed: ``task.attempt`` is the attempt that just ran.
-    A requested cancellation wins over any outcome. A run interrupted by its node's
-    shutdown is due again at once and does not use up an attempt. A failure is retried
-    on the same slot with exponential backoff while attempts remain; a RECURRING task
-    then moves to its next slot whatever happened, a ONE_TIME task ends.
+    A requested cancellation wins over any outcome (and one requested after the
+    snapshot wins when the store writes the decision: ``cancel_wins``). A run
+    interrupted by its node's shutdown is due again at once and does not use up an
+    attempt. A failure is retried on the same slot with exponential backoff while
+    attempts remain; a RECURRING task then moves to its next slot whatever happened,
+    a ONE_TIME task ends.
     """
-    cancels_task = task.cancel_requested and not task.cancel_run_only
+    cancels_task = _cancels_task(task.cancel_requested, task.cancel_run_only)
     # overlap="replace" or cancel(run_only=True): this run ends, the schedule goes on.
     replaced = replaced or (task.cancel_requested and task.cancel_run_only and task.kind is Kind.RECURRING)
     if replaced and not cancels_task:

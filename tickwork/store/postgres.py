@@ -29,7 +29,8 @@ from tickwork.clock import utcnow
 from tickwork.codec import dumps
 from tickwork.errors import StoreError
 from tickwork.store import queries
-from tickwork.store.sql import Row, iter_statements
+from tickwork.store.dialect import HotPath, Row, iter_statements
+from tickwork.store.hot import SetBased
 from tickwork.urls import masked, scrubbed
 
 log = logging.getLogger("tickwork.store.postgres")
@@ -156,7 +157,6 @@ class _Session:
 
 
 class PostgresDialect:
-    batched = True
     notifies = True
     strategies: tuple[str, ...] = ("skip_locked", "optimistic")
 
@@ -168,6 +168,8 @@ class PostgresDialect:
             raise StoreError(f"url={masked(url)!r}: not a valid PostgreSQL URL: {scrubbed(str(exc), url)}") from None
         self.connect_kwargs = {**CONNECT_KWARGS, "options": options}
         self.texts = {name: translate(sql) for name, sql in queries.load("queries.sql", "postgres.sql").items()}
+        # Claims, renewals and settles as one set-based statement each, committing itself.
+        self.hot_path: HotPath = SetBased(self)
         self._offset = timedelta(0)
         self._offset_at = -CLOCK_REFRESH_S
         self._offset_lock = threading.Lock()

@@ -16,7 +16,8 @@ LIMIT :limit;
 
 -- name: claim_skip_locked
 -- One short transaction: lock due rows others have not locked, claim them, log the
--- runs. Row locks end with the transaction, never held while a task runs.
+-- runs. Row locks end with the transaction, never held while a task runs. Each run's
+-- scheduled_for is tickwork.schedules.run_slot (tests/test_store_rules.py).
 WITH picked AS (
     SELECT id FROM tickwork_tasks
     WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
@@ -42,7 +43,8 @@ SELECT * FROM claimed;
 -- another node changed meanwhile no longer matches its version and is skipped. A row
 -- locked by anyone else (a node claiming it right now, or a session of the user's
 -- holding it) is skipped too rather than waited for: waiting would stall the whole
--- batch behind one row for as long as the lock is held.
+-- batch behind one row for as long as the lock is held. Each run's scheduled_for is
+-- tickwork.schedules.run_slot (tests/test_store_rules.py).
 WITH candidate AS (
     SELECT * FROM unnest(:ids::bigint[], :versions::bigint[]) AS c(id, version)
 ), locked AS (
@@ -95,7 +97,7 @@ SELECT pg_notify('tickwork', :payload);
 -- plan, one round trip): the batch arrives as one JSON array, which the server unpacks
 -- faster than a driver can send one array per column. Each row is still fenced by its
 -- own version and lease owner; an execution row is finished only if its task's update
--- applied.
+-- applied. Status and cancel flags: tickwork.schedules.cancel_wins, as in settle_task.
 WITH o AS (
     SELECT * FROM jsonb_to_recordset(:batch::jsonb) AS o(
         task_id bigint, fence bigint, execution_id bigint, status text, task_status text,

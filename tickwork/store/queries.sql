@@ -68,10 +68,9 @@ RETURNING id, cancel_requested, cancel_run_only;
 -- Apply the policy's decision for an ended run. The reconciler reaping a lost run
 -- (:expired_only) writes only while the lease is still expired, so that a renewal
 -- landing first wins; one ending an overrun run needs only the fence.
--- A cancel requested while the run was going wins over the decision, even one made
--- from a snapshot taken before the request; a cancel of the run only is spent by it.
--- Except when the run completed a one-time task: it did its work, and the task says
--- so (the cancel came too late), so a task's status always matches its last run.
+-- Cancel wins: the status and cancel flags are tickwork.schedules.cancel_wins, applied
+-- here to the flags as they are at the write (tests/test_store_rules.py holds this copy
+-- to that function's table).
 UPDATE tickwork_tasks
 SET status = CASE WHEN cancel_requested AND NOT cancel_run_only AND :task_status <> 'COMPLETED'
                   THEN 'CANCELLED' ELSE :task_status END,
@@ -95,7 +94,8 @@ SET status = :status, started_at = COALESCE(:started_at, started_at), finished_a
 WHERE id = :execution_id AND status = 'RUNNING';
 
 -- name: release_task
--- Give back a claim that never started: the attempt did not happen.
+-- Give back a claim that never started: the attempt did not happen. Its status is
+-- cancel_wins of the decision PENDING (tests/test_store_rules.py).
 UPDATE tickwork_tasks
 SET status = CASE WHEN cancel_requested AND NOT cancel_run_only THEN 'CANCELLED' ELSE 'PENDING' END,
     cancel_requested = cancel_requested AND NOT cancel_run_only, cancel_run_only = FALSE,

@@ -23,7 +23,8 @@ from tickwork.clock import utcnow
 from tickwork.codec import dumps
 from tickwork.errors import StoreError
 from tickwork.store import queries
-from tickwork.store.sql import Row, iter_statements
+from tickwork.store.dialect import HotPath, Row, iter_statements
+from tickwork.store.hot import RowByRow
 from tickwork.urls import path_from_url as path_from_url  # re-exported for store/__init__.py and probe.py
 
 BUSY_TIMEOUT_S = 30.0
@@ -53,7 +54,6 @@ class _Session:
 
 
 class SQLiteDialect:
-    batched = False
     notifies = False
     strategies: tuple[str, ...] = ("optimistic",)
 
@@ -63,6 +63,9 @@ class SQLiteDialect:
         self.path = path
         self.clock = clock
         self.texts = queries.load("queries.sql", "sqlite.sql")
+        # One statement per row inside one write transaction: in-process statements cost
+        # no round trip, and the file lock taken at BEGIN makes read-then-write safe.
+        self.hot_path: HotPath = RowByRow(self)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()

@@ -1,0 +1,129 @@
+"""What the store's operations ask of a SQL database: a ``Dialect`` and the ``HotPath``
+it supplies.
+
+The dialect owns connections, transactions, value encoding and the query texts. Its
+hot path is how it runs the operations a node calls thousands of times a second (the
+compare-and-set of a claim, lease renewals, settling ended runs): PostgreSQL as one
+set-based statement each, SQLite as one statement per row inside a write transaction
+(``tickwork.store.hot``). Everything else is written once, in ``tickwork.store.sql``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from tickwork.model import Outcome, Renewal
+
+Row = Mapping[str, Any]
+
+
+class Session(Protocol):
+    """One connection inside one transaction (or autocommit, for reads)."""
+
+    def fetch_all(self, query: str, params: Mapping[str, Any]) -> list[Row]: ...
+
+    def fetch_one(self, query: str, params: Mapping[str, Any]) -> Row | None: ...
+
+    def fetch_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[list[Row]]:
+        """Run ``query`` once per parameter set, in one round trip where the driver can."""
+        ...
+
+    def execute(self, query: str, params: Mapping[str, Any]) -> int: ...
+
+
+class HotPath(Protocol):
+    """How a dialect writes claims, renewals and settled runs (db-scheduler's
+    "customization" objects are the model). Every write is fenced by id, version and
+    lease owner; callers pass runs and outcomes in task id order (every transaction
+    locks task rows in id order, so two nodes never wait on each other in a cycle)."""
+
+    def session(self) -> contextlib.AbstractContextManager[Session]:
+        """Where a claim, a renewal or a settle runs: a self-committing statement, or
+        a write transaction that makes read-then-write safe."""
+        ...
+
+    def compare_and_set(self, s: Session, candidates: Sequence[Row], params: Mapping[str, Any]) -> list[Row]:
+        """Claim the ``candidates`` (``id`` and ``version`` read without locks) whose
+        version is unchanged, and log their runs: the claimed task rows, each with its
+        ``execution_id`` and ``execution_scheduled_for``."""
+        ...
+
+    def renew(self, s: Session, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
+        """Extend the leases of the ``(task_id, fence)`` runs ``node`` still holds."""
+        ...
+
+    def settle(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
+        """Write each outcome's task state and execution row; per outcome, whether its
+        fence held (with ``expired_only``, also whether the lease was still expired)."""
+        ...
+
+
+class Dialect(Protocol):
+    hot_path: HotPath
+    notifies: bool
+    """Has a ``notify`` query and ``listen`` delivers what it sends."""
+    strategies: tuple[str, ...]
+    """Claim strategies it supports; the first is its default."""
+
+    def transaction(self) -> contextlib.AbstractContextManager[Session]:
+        """A write transaction that holds whatever lock makes read-then-write safe."""
+        ...
+
+    def single(self) -> contextlib.AbstractContextManager[Session]:
+        """For statements each atomic by itself; may commit each one on its own."""
+        ...
+
+    def reader(self) -> contextlib.AbstractContextManager[Session]: ...
+
+    def migrate(self) -> int: ...
+
+    def now(self) -> datetime: ...
+
+    def approximate_now(self) -> datetime: ...
+
+    def encode_time(self, value: datetime | None) -> Any: ...
+
+    def decode_time(self, value: Any) -> datetime | None: ...
+
+    def encode_json(self, value: Any) -> Any: ...
+
+    def decode_json(self, value: Any) -> Any: ...
+
+    def encode_names(self, names: Sequence[str]) -> Any: ...
+
+    def encode_ids(self, ids: Sequence[int]) -> Any: ...
+
+    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None: ...
+
+    def is_transient(self, exc: BaseException) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def notify(dialect: Dialect, s: Session, payload: str) -> None:
+    """Announce a change to listening nodes, when the dialect can (at commit)."""
+    if dialect.notifies:
+        s.execute("notify", {"payload": payload})
+
+
+def iter_statements(script: str) -> Iterator[str]:
+    """Split a migration script into statements on ``;`` at line ends."""
+    current: list[str] = []
+    for line in script.splitlines():
+        current.append(line)
+        if line.rstrip().endswith(";"):
+            statement = "\n".join(current).strip()
+            current = []
+            if statement and not _only_comments(statement):
+                yield statement
+    tail = "\n".join(current).strip()
+    if tail and not _only_comments(tail):
+        yield tail
+
+
+def _only_comments(statement: str) -> bool:
+    return all(x.strip().startswith("--") or not x.strip() for x in statement.splitlines())

@@ -1,0 +1,97 @@
+"""Python values as the parameters of the store's writes (the reverse of ``rows``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tickwork.codec import clean_text, json_problem
+from tickwork.model import NewTask, Outcome, Skipping
+from tickwork.store.dialect import Dialect
+
+
+def new_task(d: Dialect, new: NewTask, now: Any) -> dict[str, Any]:
+    """The parameters of ``insert_task`` (``now``: the insert's time, encoded)."""
+    return {
+        "name": new.name,
+        "args": d.encode_json(new.args),
+        "kwargs": d.encode_json(new.kwargs),
+        "key": new.key,
+        "kind": new.kind.value,
+        "cron": new.cron,
+        "timezone": new.timezone,
+        "interval": new.interval,
+        "scheduled_at": d.encode_time(new.scheduled_at),
+        "next_run_at": d.encode_time(new.next_run_at),
+        "misfire": new.misfire.value,
+        "misfire_grace": new.misfire_grace,
+        "jitter": new.jitter,
+        "timeout": new.timeout,
+        "max_retries": new.max_retries,
+        "retry_backoff": new.retry_backoff,
+        "priority": new.priority,
+        "max_catchup": new.max_catchup,
+        "overlap": new.overlap.value,
+        "parent_id": new.parent_id,
+        "on_lost": new.on_lost.value,
+        "max_runtime": new.max_runtime,
+        "now": now,
+    }
+
+
+def outcome_object(o: Outcome) -> dict[str, Any]:
+    """One outcome as a JSON object (times as ISO text): a row of ``settle_batch``'s
+    batch. A result that cannot be stored costs that result (noted on the execution),
+    never the batch it is written with."""
+    result, note = o.result, o.note
+    if result is not None and (problem := json_problem(result)) is not None:
+        result, note = None, f"{note}; result not stored: {problem}" if note else f"result not stored: {problem}"
+    return {
+        "task_id": o.task_id,
+        "fence": o.fence,
+        "execution_id": o.execution_id,
+        "status": o.status.value,
+        "task_status": o.task_status.value,
+        "scheduled_at": o.scheduled_at.isoformat(),
+        "next_run_at": o.next_run_at.isoformat(),
+        "finished_at": o.finished_at.isoformat(),
+        "started_at": o.started_at.isoformat() if o.started_at else None,
+        "attempt": o.attempt,
+        "triggered": o.triggered,
+        "error_type": clean_text(o.error.type) if o.error else None,
+        "error_message": clean_text(o.error.message) if o.error else None,
+        "error_traceback": clean_text(o.error.traceback) if o.error else None,
+        "result": result,
+        "note": clean_text(note) if note else None,
+        "skipped": o.skipped,
+        "skipped_last": o.skipped_last.isoformat() if o.skipped_last else None,
+        "decision": clean_text(o.decision) if o.decision else None,
+    }
+
+
+def outcome_params(d: Dialect, o: Outcome) -> dict[str, Any]:
+    """The parameters of ``settle_task`` and ``finish_execution`` for one outcome."""
+    row = outcome_object(o)
+    return {
+        **row,
+        "scheduled_at": d.encode_time(o.scheduled_at),
+        "next_run_at": d.encode_time(o.next_run_at),
+        "finished_at": d.encode_time(o.finished_at),
+        "started_at": d.encode_time(o.started_at),
+        "skipped_last": d.encode_time(o.skipped_last),
+        "result": None if row["result"] is None else d.encode_json(row["result"]),
+    }
+
+
+def skipping(d: Dialect, task_id: int, skip: Skipping, now: Any) -> dict[str, Any]:
+    """The parameters of ``resume_skipping`` and ``insert_skipped``."""
+    return {
+        "id": task_id,
+        "version": skip.version,
+        "now": now,
+        "scheduled_at": d.encode_time(skip.next_slot),
+        "next_run_at": d.encode_time(skip.next_run_at),
+        "decision": skip.decision,
+        "skipped": skip.count,
+        "skipped_first": d.encode_time(skip.first),
+        "skipped_last": d.encode_time(skip.last),
+    }

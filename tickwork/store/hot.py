@@ -1,0 +1,111 @@
+"""The two ways a dialect runs the hot path (``dialect.HotPath``): claims'
+compare-and-set, lease renewals and settling ended runs.
+
+``SetBased`` (PostgreSQL) writes a whole batch in one statement that commits itself:
+one parse, one plan, one round trip, whatever the batch's size. ``RowByRow`` (SQLite)
+writes one statement per row inside one write transaction: the transaction holds the
+file's write lock, so no other process writes between a read and the write after it,
+and each statement is a call into the library, not a round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from tickwork.model import Outcome, Renewal
+from tickwork.schedules import run_slot
+from tickwork.store import encoding
+from tickwork.store.dialect import Dialect, Row, Session
+
+
+class SetBased:
+    """Set-based statements over arrays or a JSON batch (``claim_cas_batch``,
+    ``renew_batch``, ``settle_batch``): the dialect's query file must have them."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._d = dialect
+
+    def session(self) -> contextlib.AbstractContextManager[Session]:
+        # Each statement is atomic by itself: the optimistic read before a
+        # compare-and-set needs no transaction either (the write re-checks each version).
+        return self._d.single()
+
+    def compare_and_set(self, s: Session, candidates: Sequence[Row], params: Mapping[str, Any]) -> list[Row]:
+        ids = [int(c["id"]) for c in candidates]
+        versions = [int(c["version"]) for c in candidates]
+        return s.fetch_all("claim_cas_batch", {**params, "ids": ids, "versions": versions})
+
+    def renew(self, s: Session, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
+        params = {"ids": [r[0] for r in runs], "fences": [r[1] for r in runs], "node": node, "lease": lease}
+        return [
+            Renewal(int(r["id"]), int(r["version"]), bool(r["cancel_requested"]), bool(r["cancel_run_only"]))
+            for r in s.fetch_all("renew_batch", params)
+        ]
+
+    def settle(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
+        batch = self._d.encode_json([encoding.outcome_object(o) for o in outcomes])
+        params = {"node": node, "expired_only": expired_only, "batch": batch}
+        settled = {int(r["id"]) for r in s.fetch_all("settle_batch", params)}
+        return [o.task_id in settled for o in outcomes]
+
+
+class RowByRow:
+    """The portable statements (``claim_task`` + ``insert_execution``,
+    ``renew_lease``, ``settle_task`` + ``finish_execution``), one per row, in one
+    write transaction."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._d = dialect
+
+    def session(self) -> contextlib.AbstractContextManager[Session]:
+        return self._d.transaction()
+
+    def compare_and_set(self, s: Session, candidates: Sequence[Row], params: Mapping[str, Any]) -> list[Row]:
+        rows: list[Row] = []
+        for candidate in candidates:
+            row = s.fetch_one("claim_task", {**params, "id": candidate["id"], "version": candidate["version"]})
+            if row is None:  # another node won it
+                continue
+            scheduled_for = run_slot(bool(row["triggered"]), row["scheduled_at"], row["next_run_at"])
+            execution = s.fetch_one(
+                "insert_execution",
+                {
+                    **params,
+                    "task_id": row["id"],
+                    "attempt": row["attempt"],
+                    "scheduled_for": scheduled_for,
+                    "fence": row["version"],
+                },
+            )
+            assert execution is not None
+            rows.append({**row, "execution_id": execution["id"], "execution_scheduled_for": scheduled_for})
+        return rows
+
+    def renew(self, s: Session, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
+        d = self._d
+        until = d.encode_time(d.approximate_now() + timedelta(seconds=lease))
+        params = [
+            {"id": task_id, "fence": fence, "node": node, "lease": lease, "lease_until": until}
+            for task_id, fence in runs
+        ]
+        results = s.fetch_many("renew_lease", params)
+        return [
+            Renewal(task_id, fence, bool(rows[0]["cancel_requested"]), bool(rows[0]["cancel_run_only"]))
+            for (task_id, fence), rows in zip(runs, results, strict=True)
+            if rows
+        ]
+
+    def settle(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
+        d = self._d
+        common = {"now": d.encode_time(d.approximate_now()), "node": node, "expired_only": expired_only}
+        applied: list[bool] = []
+        for o in outcomes:
+            params = {**common, **encoding.outcome_params(d, o)}
+            ok = s.fetch_one("settle_task", params) is not None
+            if ok:  # the execution row is finished only if its task's fenced update applied
+                s.execute("finish_execution", params)
+            applied.append(ok)
+        return applied

@@ -1,0 +1,253 @@
+"""Stored rows to the model's values (the reverse of ``encoding``).
+
+A row this code cannot read (written by another program or another version of
+tickwork) raises ``UndecodableRow``, which names the table, the column and the row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from typing import Any, TypeVar
+
+from tickwork.errors import StoreError
+from tickwork.model import (
+    Claim,
+    ErrorInfo,
+    Execution,
+    ExecutionStatus,
+    Kind,
+    Misfire,
+    Node,
+    OnLost,
+    Overlap,
+    Status,
+    Task,
+    TaskHeader,
+)
+from tickwork.store.dialect import Dialect, Row
+
+E = TypeVar("E")
+
+# Stored enum values to members: a dict lookup per field instead of an Enum call, on the
+# path that decodes every claimed row.
+_KINDS = {m.value: m for m in Kind}
+_STATUSES = {m.value: m for m in Status}
+_MISFIRES = {m.value: m for m in Misfire}
+_EXECUTION_STATUSES = {m.value: m for m in ExecutionStatus}
+_OVERLAPS = {m.value: m for m in Overlap}
+_ON_LOST = {m.value: m for m in OnLost}
+
+SHOWN = 40
+"""Characters of an undecodable value an error shows, at most."""
+TASK_DATA = frozenset({"args", "kwargs", "result", "error_message", "error_traceback", "note"})
+"""Columns that hold what tasks were given or gave back: never quoted in an error."""
+
+
+class UndecodableRow(StoreError, ValueError):
+    """A stored row this code cannot read: a value written by another program, or by a
+    version of tickwork that knows a value this one does not."""
+
+    def __init__(self, table: str, column: str | None, row_id: Any, reason: str) -> None:
+        self.table, self.column, self.row_id, self.reason = table, column, row_id, reason
+        where = f"{table}.{column}" if column else table
+        super().__init__(f"{where} of row id={row_id}: cannot be decoded: {reason}")
+
+
+class Decoder:
+    """Decodes rows with one dialect's value decoders."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._decode_time = dialect.decode_time
+        self._decode_json = dialect.decode_json
+
+    def time(self, value: Any) -> datetime:
+        decoded = self._decode_time(value)
+        if decoded is None:
+            raise ValueError("unexpected NULL time")
+        return decoded
+
+    def task(self, r: Row) -> Task:
+        try:
+            return self._task(r)
+        except Exception as exc:
+            raise undecodable("tickwork_tasks", r, self._task, exc) from exc
+
+    def claim(self, r: Row) -> Claim:
+        """A task row with its run's ``execution_id`` and ``execution_scheduled_for``."""
+        task = self.task(r)
+        try:
+            return Claim(task, int(r["execution_id"]), self.time(r["execution_scheduled_for"]))
+        except Exception as exc:
+            raise undecodable("tickwork_executions", r, self._claimed_run, exc, id_column="execution_id") from exc
+
+    def execution(self, r: Row) -> Execution:
+        try:
+            return self._execution(r)
+        except Exception as exc:
+            raise undecodable("tickwork_executions", r, self._execution, exc) from exc
+
+    def node(self, r: Row) -> Node:
+        try:
+            return self._node(r)
+        except Exception as exc:
+            raise undecodable("tickwork_nodes", r, self._node, exc) from exc
+
+    def _node(self, r: Row) -> Node:
+        return Node(
+            id=r["id"],
+            host=r["host"],
+            pid=int(r["pid"]),
+            started_at=self.time(r["started_at"]),
+            heartbeat_at=self.time(r["heartbeat_at"]),
+            capacity=int(r["capacity"]),
+            running=int(r["running"]),
+        )
+
+    def _claimed_run(self, r: Row) -> None:
+        int(r["execution_id"])
+        self.time(r["execution_scheduled_for"])
+
+    def _task(self, r: Row) -> Task:
+        json_ = self._decode_json
+        time_ = self._decode_time
+        return Task(
+            id=int(r["id"]),
+            name=r["name"],
+            args=json_(r["args"]),
+            kwargs=json_(r["kwargs"]),
+            key=r["key"],
+            kind=_member(_KINDS, r["kind"]),
+            cron=r["cron"],
+            timezone=r["timezone"],
+            interval=_optional_float(r["interval_seconds"]),
+            scheduled_at=self.time(r["scheduled_at"]),
+            next_run_at=self.time(r["next_run_at"]),
+            status=_member(_STATUSES, r["status"]),
+            misfire=_member(_MISFIRES, r["misfire"]),
+            misfire_grace=float(r["misfire_grace"]),
+            jitter=float(r["jitter"]),
+            timeout=_optional_float(r["timeout"]),
+            max_retries=int(r["max_retries"]),
+            retry_backoff=float(r["retry_backoff"]),
+            priority=int(r["priority"]),
+            version=int(r["version"]),
+            lease_owner=r["lease_owner"],
+            lease_expires_at=time_(r["lease_expires_at"]),
+            cancel_requested=bool(r["cancel_requested"]),
+            cancel_run_only=bool(r["cancel_run_only"]),
+            triggered=bool(r["triggered"]),
+            attempt=int(r["attempt"]),
+            run_count=int(r["run_count"]),
+            last_status=_member(_EXECUTION_STATUSES, r["last_status"]) if r["last_status"] else None,
+            created_at=self.time(r["created_at"]),
+            updated_at=self.time(r["updated_at"]),
+            max_catchup=r["max_catchup"],
+            overlap=_member(_OVERLAPS, r["overlap"]),
+            last_decision=r["last_decision"],
+            parent_id=r["parent_id"],
+            on_lost=_member(_ON_LOST, r["on_lost"]),
+            max_runtime=_optional_float(r["max_runtime"]),
+        )
+
+    def _execution(self, r: Row) -> Execution:
+        time_ = self._decode_time
+        error = None
+        if r["error_type"] is not None:
+            error = ErrorInfo(r["error_type"], r["error_message"] or "", r["error_traceback"] or "")
+        return Execution(
+            id=int(r["id"]),
+            task_id=int(r["task_id"]),
+            attempt=int(r["attempt"]),
+            scheduled_for=self.time(r["scheduled_for"]),
+            started_at=time_(r["started_at"]),
+            finished_at=time_(r["finished_at"]),
+            status=_member(_EXECUTION_STATUSES, r["status"]),
+            node=r["node"],
+            fence=r["fence"],
+            error=error,
+            result=None if r["result"] is None else self._decode_json(r["result"]),
+            note=r["note"],
+            skipped=r["skipped_count"],
+            skipped_last=time_(r["skipped_last"]),
+        )
+
+
+def header(r: Row) -> TaskHeader:
+    return TaskHeader(
+        int(r["id"]), None if r["name"] is None else str(r["name"]), None if r["status"] is None else str(r["status"])
+    )
+
+
+def undecodable(
+    table: str, r: Row, decode: Callable[[Row], object], exc: Exception, *, id_column: str = "id"
+) -> UndecodableRow:
+    """Why ``decode(r)`` failed, naming the column: found by decoding the row once more
+    through a mapping that remembers the column read last (a decoder reads each
+    column just before it decodes it). Only ever on this slow path."""
+    if isinstance(exc, UndecodableRow):
+        return exc
+    watched = _Watched(r)
+    with contextlib.suppress(Exception):
+        decode(watched)
+    column = watched.last
+    try:
+        row_id: Any = r[id_column]
+    except Exception:
+        row_id = None
+    reason = _reason(exc, column)
+    if column is not None:
+        reason = f"{reason} (stored: {_shown(column, r[column])})"
+    return UndecodableRow(table, column, row_id, reason)
+
+
+class _Watched(Mapping[str, Any]):
+    def __init__(self, row: Row) -> None:
+        self._row = row
+        self.last: str | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        self.last = key
+        return self._row[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._row.keys())
+
+    def __len__(self) -> int:
+        return len(self._row.keys())
+
+
+def _reason(exc: Exception, column: str | None) -> str:
+    """What went wrong, in words that never quote task data."""
+    if column in TASK_DATA:
+        if isinstance(exc, json.JSONDecodeError):
+            return f"not JSON ({exc.msg} at character {exc.pos})"
+        return type(exc).__name__
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {_clip(text)}" if text else type(exc).__name__
+
+
+def _shown(column: str, value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if column in TASK_DATA:
+        return f"{len(str(value))} characters, not shown"
+    return _clip(repr(value) if isinstance(value, str | bytes) else str(value))
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+
+
+def _member(members: dict[str, E], value: str) -> E:
+    try:
+        return members[value]
+    except KeyError:
+        raise ValueError(f"unknown stored value {_clip(repr(value))}") from None
+
+
+def _optional_float(value: Any) -> float | None:
+    """SQLite hands back a REAL that holds a whole number as an int."""
+    return None if value is None else float(value)

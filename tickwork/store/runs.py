@@ -1,0 +1,146 @@
+"""The life of a claimed run in the store: claim, renew, settle (finish or reap), give
+back, and the reads that find runs to recover. A node calls these thousands of times
+a second; the dialect's ``HotPath`` decides how each write reaches the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from tickwork.model import Claim, Outcome, Renewal
+from tickwork.store.dialect import Dialect, Row, Session, notify
+from tickwork.store.rows import Decoder
+
+log = logging.getLogger("tickwork.store")
+
+
+class Runs:
+    """Claims and leases on one dialect, with one claim strategy."""
+
+    def __init__(self, dialect: Dialect, rows: Decoder, strategy: str) -> None:
+        self.dialect = dialect
+        self.rows = rows
+        self.strategy = strategy
+        self.hot = dialect.hot_path
+
+    # -- claims -----------------------------------------------------------------------
+
+    def claim(
+        self, node: str, names: Sequence[str], limit: int, lease: float, exclude: Sequence[int] = ()
+    ) -> list[Claim]:
+        if limit <= 0 or not names:
+            return []
+        d = self.dialect
+        claims: list[Claim] = []
+        with self.hot.session() as s:
+            now = d.approximate_now()
+            params = {
+                "now": d.encode_time(now),
+                "node": node,
+                "lease": lease,
+                "lease_until": d.encode_time(now + timedelta(seconds=lease)),
+                "names": d.encode_names(names),
+                "exclude": d.encode_ids(exclude),
+                "limit": limit,
+            }
+            if self.strategy == "skip_locked":
+                rows = s.fetch_all("claim_skip_locked", params)
+            else:
+                rows = self._claim_optimistic(s, params, list(exclude))
+            for row in rows:
+                claim = self._decode_claimed(s, row)
+                if claim is not None:
+                    claims.append(claim)
+        claims.sort(key=lambda c: (c.task.next_run_at, -c.task.priority, c.task.id))
+        return claims
+
+    def _claim_optimistic(self, s: Session, params: dict[str, Any], exclude: list[int]) -> list[Row]:
+        """Read the due candidates, then compare-and-set them. When some were lost (to
+        another node, or skipped as locked by someone) and more may be due, read once
+        more without them: a row held elsewhere must not starve the rest of the queue."""
+        candidates = s.fetch_all("claim_candidates", params)
+        if not candidates:
+            return []
+        rows = self.hot.compare_and_set(s, candidates, params)
+        if len(rows) < len(candidates) == params["limit"]:
+            won = {int(r["id"]) for r in rows}
+            lost = [int(c["id"]) for c in candidates if int(c["id"]) not in won]
+            again = {**params, "limit": params["limit"] - len(rows), "exclude": self.dialect.encode_ids(exclude + lost)}
+            if candidates := s.fetch_all("claim_candidates", again):
+                rows += self.hot.compare_and_set(s, candidates, again)
+        return rows
+
+    def _decode_claimed(self, s: Session, row: Row) -> Claim | None:
+        """A claimed row this code cannot read (written by hand, or by another version)
+        is set FAILED in the same transaction: otherwise it would stay first in line and
+        fail every claim after it."""
+        try:
+            return self.rows.claim(row)
+        except Exception:
+            log.exception("task %s cannot be decoded; setting it FAILED", row["id"])
+            now = self.dialect.encode_time(self.dialect.approximate_now())
+            s.execute("fail_undecodable", {"id": row["id"], "now": now})
+            s.execute("fail_undecodable_run", {"execution_id": row["execution_id"], "now": now})
+            return None
+
+    # -- leases -----------------------------------------------------------------------
+
+    def renew(self, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
+        if not runs:
+            return []
+        runs = sorted(runs)  # every transaction locks task rows in id order: no deadlocks
+        with self.hot.session() as s:
+            return self.hot.renew(s, node, runs, lease)
+
+    # -- settling ---------------------------------------------------------------------
+
+    def settle(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool, expired_only: bool) -> list[bool]:
+        """``finish`` (not ``reaping``) or ``reap``: write in task id order (every
+        transaction locks task rows in id order, so two nodes never wait on each other
+        in a cycle); answer in the caller's order."""
+        if not outcomes:
+            return []
+        order = sorted(range(len(outcomes)), key=lambda i: outcomes[i].task_id)
+        with self.hot.session() as s:
+            applied_sorted = self.hot.settle(s, node, [outcomes[i] for i in order], expired_only=expired_only)
+            if reaping and any(applied_sorted):
+                notify(self.dialect, s, "due")  # recovered runs are due again
+        applied = [False] * len(outcomes)
+        for position, ok in zip(order, applied_sorted, strict=True):
+            applied[position] = ok
+        return applied
+
+    def release(self, node: str, claims: Sequence[Claim], *, notify_nodes: bool = True) -> int:
+        if not claims:
+            return 0
+        claims = sorted(claims, key=lambda c: c.task.id)
+        d = self.dialect
+        released = 0
+        with d.transaction() as s:
+            now = d.encode_time(d.approximate_now())
+            for c in claims:
+                params = {"now": now, "node": node, "task_id": c.task.id, "fence": c.fence}
+                if s.fetch_one("release_task", params) is not None:
+                    s.execute("delete_execution", {"execution_id": c.execution_id})
+                    released += 1
+            if released and notify_nodes:
+                notify(d, s, "due")
+        return released
+
+    # -- runs to recover ----------------------------------------------------------------
+
+    def claimed_since(self, node: str, since: datetime) -> list[Claim]:
+        d = self.dialect
+        with d.reader() as s:
+            rows = s.fetch_all("claimed_since", {"node": node, "since": d.encode_time(since)})
+        return [self.rows.claim(r) for r in rows]
+
+    def running(self, query: str, limit: int, **extra: Any) -> list[Claim]:
+        """Running claims by ``expired_runs`` or ``overrun_runs``."""
+        d = self.dialect
+        with d.reader() as s:
+            rows = s.fetch_all(query, {"now": d.encode_time(d.approximate_now()), "limit": limit, **extra})
+        return [self.rows.claim(r) for r in rows]
