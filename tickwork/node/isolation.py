@@ -242,6 +242,42 @@ class _Supervisor:
 # -- in the child ------------------------------------------------------------------
 
 
+class _NodeLink:
+    """The child's end of the pipe: messages to the node, and the replies to renewals,
+    read by a thread of their own so that the task's thread only waits when it renews."""
+
+    def __init__(self, conn: multiprocessing.connection.Connection, flag: CancelFlag) -> None:
+        self.conn, self.flag = conn, flag
+        self._replies: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._send_lock = threading.Lock()
+
+    def start(self) -> None:
+        threading.Thread(target=self._listen, name="tickwork-node-link", daemon=True).start()
+
+    def send(self, message: dict[str, Any]) -> None:
+        with self._send_lock:
+            self.conn.send_bytes(json.dumps(message).encode())
+
+    def renew(self) -> bool:
+        """``ctx.heartbeat()`` in the child: the node renews the lease and answers."""
+        self.send({"kind": "renew"})
+        reply = self._replies.get()
+        if "error" in reply:
+            raise TickworkError(f"lease renewal failed: {reply['error']}")
+        if not reply["ok"]:
+            self.flag.set()
+        return bool(reply["ok"])
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                received = json.loads(self.conn.recv_bytes())
+            except (EOFError, OSError):
+                os._exit(ORPHANED_EXIT)  # the node is gone (the watchdog would see to it too)
+            if received.get("kind") == "renewed":
+                self._replies.put(received)
+
+
 def _child_main(
     conn: multiprocessing.connection.Connection,
     lifeline: multiprocessing.connection.Connection,
@@ -255,31 +291,7 @@ def _child_main(
     _start_watchdog(lifeline)
     lifeline.close()
     flag = CancelFlag()
-    replies: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
-    send_lock = threading.Lock()
-
-    def send(message: dict[str, Any]) -> None:
-        with send_lock:
-            conn.send_bytes(json.dumps(message).encode())
-
-    def listen() -> None:
-        while True:
-            try:
-                received = json.loads(conn.recv_bytes())
-            except (EOFError, OSError):
-                os._exit(ORPHANED_EXIT)  # the node is gone (the watchdog would see to it too)
-            if received.get("kind") == "renewed":
-                replies.put(received)
-
-    def renew() -> bool:
-        send({"kind": "renew"})
-        reply = replies.get()
-        if "error" in reply:
-            raise TickworkError(f"lease renewal failed: {reply['error']}")
-        if not reply["ok"]:
-            flag.set()
-        return bool(reply["ok"])
-
+    link = _NodeLink(conn, flag)
     info = json.loads(info_json)
     ctx = Context(
         task_id=info["task_id"],
@@ -289,9 +301,9 @@ def _child_main(
         scheduled_for=datetime.fromisoformat(info["scheduled_for"]),
         fence=info["fence"],
         cancel_flag=flag,
-        renew=renew,
+        renew=link.renew,
     )
-    threading.Thread(target=listen, name="tickwork-node-link", daemon=True).start()
+    link.start()
     args, kwargs = json.loads(args_json), json.loads(kwargs_json)
     try:
         if inspect.iscoroutinefunction(func):
@@ -303,7 +315,7 @@ def _child_main(
         message = {"kind": "error", "type": type(exc).__qualname__, "message": str(exc), "traceback": _format(exc)}
     else:
         message = _result_message(value, int(info["max_result_bytes"]))
-    send(message)
+    link.send(message)
     # The run is over: threads the task left behind must not keep it going.
     sys.stdout.flush()
     sys.stderr.flush()
