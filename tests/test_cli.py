@@ -13,7 +13,8 @@ from rich.console import Console
 
 from tests.apps.basic import app as basic_app
 from tests.workers import ROOT
-from tickwork import App, Status, cli
+from tickwork import App, Status
+from tickwork.cli import common as cli  # the console every command prints through
 from tickwork.cli import main
 
 APP = "tests.apps.basic:app"

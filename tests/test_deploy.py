@@ -18,8 +18,9 @@ from prometheus_client import REGISTRY
 from prometheus_client.metrics_core import Metric
 
 import tickwork.metrics  # registers the node's counters, gauges and histograms
-from tickwork import App, cli
+from tickwork import App
 from tickwork.cli import main
+from tickwork.cli import worker as cli  # the worker command's module: load_app, watch_queue, serve_metrics
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
 MANIFESTS = ["worker-deployment.yaml", "hpa.yaml", "prometheus-adapter-rules.yaml", "keda-scaledobject.yaml"]

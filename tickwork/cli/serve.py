@@ -1,12 +1,17 @@
-"""``tickwork serve APP``: the HTTP API and dashboard on uvicorn (registered in tickwork.cli)."""
+"""``tickwork serve APP``: the HTTP API and dashboard on uvicorn.
+
+The command lives with the other commands, not in ``tickwork.web``: the web package is
+the HTTP layer and knows nothing of the command line, so the dependency runs one way
+(cli -> web) and the shared plumbing in ``tickwork.cli.common`` serves every command.
+"""
 
 from __future__ import annotations
 
-import logging
 import os
 
 import click
 
+from tickwork.cli.common import as_message, load_app, log_node_at_info
 from tickwork.errors import TickworkError
 from tickwork.web.auth import check_session_ttl, parse_duration
 
@@ -45,17 +50,14 @@ def serve(
     The token is read from TICKWORK_API_TOKEN: it guards every write, and every read
     unless --public-read. Without it the server runs read-only, on loopback only.
     The server listens at once; while the database cannot be used it answers 503."""
-    from tickwork.cli import load_app, one_line
-    from tickwork.redact import REDACTOR
-    from tickwork.web.server import ServeConfigError
+    # Imported here: uvicorn is needed only by this command, not by every `tickwork` run.
     from tickwork.web.server import serve as run
 
     try:
         ttl = check_session_ttl(parse_duration(session_ttl))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--session-ttl") from exc
-    if logging.getLogger().level > logging.INFO:
-        logging.getLogger("tickwork").setLevel(logging.INFO)
+    log_node_at_info()
     app = load_app(app_spec)
     try:
         run(
@@ -67,5 +69,5 @@ def serve(
             worker_concurrency=concurrency if with_worker else None,
             session_ttl=ttl,
         )
-    except (ServeConfigError, TickworkError) as exc:
-        raise click.ClickException(one_line(REDACTOR.scrub(str(exc)))) from exc
+    except TickworkError as exc:  # ServeConfigError and TokenConfigError among them
+        raise as_message(exc) from exc

@@ -1,0 +1,228 @@
+"""What every command shares: loading the App, turning errors and bad input into one-line
+click errors, logging set-up, and the output helpers.
+
+It lives apart from the commands, and imports none of them, so that any command module
+(``tickwork serve`` included) can use it without pulling in the others: the command
+group at the top (``tickwork.cli.root``) is the only module that knows them all.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from tickwork.app import App
+from tickwork.codec import MAX_DEPTH
+from tickwork.errors import InvalidInput, TickworkError
+from tickwork.model import Execution
+from tickwork.redact import REDACTOR
+from tickwork.urls import path_from_url
+
+console = Console()
+"""Every command prints through this one console (tests swap it for a wider one)."""
+log = logging.getLogger("tickwork.cli")
+R = TypeVar("R")
+
+
+class BadApp(click.ClickException):
+    """APP cannot be loaded: a usage error (exit 2), told in one line."""
+
+    exit_code = 2
+
+
+# -- logging ------------------------------------------------------------------------------
+
+
+def set_up_logging(verbose: int, db: str | None) -> None:
+    """Log at -v / -vv's level, with every secret the process knows masked before the
+    first line is written (the URL from --db or TICKWORK_DB and the API token)."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    REDACTOR.add_url(db or os.environ.get("TICKWORK_DB"))
+    REDACTOR.add_secrets([os.environ.get("TICKWORK_API_TOKEN")])
+    REDACTOR.install()
+
+
+def log_node_at_info() -> None:
+    """A long-running node (worker, serve) tells its start, stop and outages even without
+    -v: they are what an operator reads when something goes wrong."""
+    if logging.getLogger().level > logging.INFO:
+        logging.getLogger("tickwork").setLevel(logging.INFO)
+
+
+# -- loading the App ----------------------------------------------------------------------
+
+
+def _shown(value: str, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(text: str) -> str:
+    """A message on one line (a driver's text may span several)."""
+    return re.sub(r"\s*\n\s*", " ", text.strip())
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` (like uvicorn and celery) from the working directory.
+
+    The module is a dotted path of names (no relative import such as ``.`` or
+    ``../x``: the working directory is on the path instead); the attribute may be dotted.
+    Anything wrong is a one-line error naming APP."""
+    shown = _shown(spec)
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise BadApp(f"APP={shown}: expected module:attribute, e.g. myproject.tasks:app")
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise BadApp(
+            f"APP={shown}: {_shown(module_name, 60)} is not a module path: dotted names such as "
+            "myproject.tasks, imported from the working directory (no '.', '..' or file paths)"
+        )
+    if not all(part.isidentifier() for part in attribute.split(".")):
+        raise BadApp(f"APP={shown}: {_shown(attribute, 60)} is not an attribute name")
+    found: object = _import(module_name, shown)
+    for part in attribute.split("."):
+        found = getattr(found, part, None)
+    if not isinstance(found, App):
+        raise BadApp(f"APP={shown}: {_shown(attribute, 60)} is not a tickwork App")
+    protect(found)
+    return found
+
+
+def _import(module_name: str, shown: str) -> object:
+    """The module, imported from the working directory; its failure told in one line."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module_shown = _shown(module_name, 60)
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BadApp(f"APP={shown}: cannot import {module_shown}: {_first_line(str(exc), 120)}") from exc
+    except Exception as exc:  # the module itself failed: say how, in one line
+        log.debug("importing %s failed", module_name, exc_info=True)
+        raise BadApp(
+            f"APP={shown}: importing {module_shown} failed: {type(exc).__name__}: {_first_line(str(exc), 120)} "
+            "(-vv shows the traceback)"
+        ) from exc
+
+
+def protect(app: App) -> None:
+    """Mask ``app``'s database and Redis passwords in everything logged from now on."""
+    REDACTOR.add_url(app.url)
+    REDACTOR.add_url(app.redis_url)
+
+
+def client(ctx: click.Context, *, create: bool = False) -> App:
+    """An App for client commands: the --app one if given, else one on --db / TICKWORK_DB.
+
+    Only ``db upgrade`` creates a database: a mistyped path is an error, not a new file.
+    """
+    obj = ctx.find_root().obj
+    app = load_app(obj["app_spec"]) if obj.get("app_spec") else App(obj.get("db"))
+    protect(app)
+    if not create and app.url.startswith("sqlite:"):
+        path = Path(path_from_url(app.url))
+        if not path.exists():
+            raise click.ClickException(
+                f"no database at {str(path)!r}: check --db / TICKWORK_DB, or create it with `tickwork db upgrade`"
+            )
+    return app
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+def as_message(exc: TickworkError) -> click.ClickException:
+    """tickwork's own error as a click error (exit 1): one line, every known secret masked."""
+    return click.ClickException(one_line(REDACTOR.scrub(str(exc))))
+
+
+def errors_as_messages(func: Callable[..., R]) -> Callable[..., R]:
+    """Show errors as one-line messages (exit 1), not tracebacks, with every secret the
+    process knows masked. An error that is not tickwork's own (a driver's, say, about a
+    malformed URL) is named by its type; -vv logs its traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> R:
+        try:
+            return func(*args, **kwargs)
+        except TickworkError as exc:
+            raise as_message(exc) from exc
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            log.debug("unexpected error", exc_info=True)
+            message = _first_line(REDACTOR.scrub(str(exc)))
+            raise click.ClickException(f"{type(exc).__name__}: {message} (-vv shows the traceback)") from exc
+
+    return wrapper
+
+
+# -- input --------------------------------------------------------------------------------
+
+
+def parse_json(field: str, text: str) -> Any:
+    """An option's JSON; bad or too deeply nested text is InvalidInput naming ``field``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(field, text, f"not valid JSON: {exc.msg}") from exc
+    except RecursionError as exc:
+        raise InvalidInput(field, text, f"nested too deeply (at most {MAX_DEPTH} levels)") from exc
+
+
+def parse_datetime(field: str, text: str | None) -> datetime | None:
+    """An option's ISO 8601 time (None when the option was not given)."""
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidInput(field, text, "not an ISO 8601 datetime") from exc
+
+
+# -- output -------------------------------------------------------------------------------
+
+
+def both_zones(when: datetime, timezone: str) -> str:
+    """``2025-10-26 02:30:00 CEST +0200  (2025-10-26 00:30:00 UTC)``: a fire time in its
+    own zone beside UTC, since a wall time alone is ambiguous on fall-back nights."""
+    local = when.astimezone(ZoneInfo(timezone))
+    return f"{local:%Y-%m-%d %H:%M:%S %Z %z}  ({when:%Y-%m-%d %H:%M:%S} UTC)"
+
+
+def print_executions(rows: list[Execution]) -> None:
+    """The execution log as a table (``executions`` and ``tasks show`` print the same)."""
+    table = Table()
+    for column in ("id", "task", "attempt", "scheduled for", "started", "finished", "status", "node", "error / note"):
+        table.add_column(column)
+    for e in rows:
+        detail = f"{e.error.type}: {e.error.message}" if e.error else (e.note or "")
+        table.add_row(
+            str(e.id), str(e.task_id), str(e.attempt), _ts(e.scheduled_for), _ts(e.started_at),
+            _ts(e.finished_at), e.status.value, e.node or "", detail[:80],
+        )  # fmt: skip
+    console.print(table)
+
+
+def _ts(value: datetime | None) -> str:
+    return f"{value:%Y-%m-%d %H:%M:%S.%f}"[:-3] if value else ""

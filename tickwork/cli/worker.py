@@ -1,0 +1,100 @@
+"""``tickwork worker APP``: one node in this process, until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+import click
+
+from tickwork.app import App
+from tickwork.cli.common import errors_as_messages, load_app, log_node_at_info
+from tickwork.metrics import serve_metrics, watch_queue
+
+
+@click.command()
+@click.argument("app_spec", metavar="APP")
+@click.option(
+    "--concurrency",
+    "-c",
+    default="8",
+    show_default=True,
+    metavar="N|MIN,MAX",
+    help="Run slots; MIN,MAX autoscales between them on the age of the oldest due task.",
+)
+@click.option(
+    "--scale-up-age",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Grow when the oldest due task is this old (s) and every slot is busy.",
+)
+@click.option(
+    "--scale-down-after",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Shrink after this long (s) with idle slots.",
+)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port (/metrics).")
+@click.option("--metrics-host", default="0.0.0.0", show_default=True, help="Address the metrics server listens on.")
+@errors_as_messages
+def worker(
+    app_spec: str,
+    concurrency: str,
+    scale_up_age: float,
+    scale_down_after: float,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
+    """Run a worker node for APP (module:attribute) until SIGINT/SIGTERM."""
+    minimum, maximum = _concurrency(concurrency)
+    log_node_at_info()
+    app = load_app(app_spec)
+    if metrics_port is not None:
+        # Opened (and migrated) first: the queue gauges read the store as soon as they are
+        # registered, and a database that is away must be one line, not their warning.
+        if isinstance(app, App):  # (a stand-in for load_app, in tests, has no store)
+            app.store  # noqa: B018
+        watch_queue(lambda: app.store)
+        serve_metrics(metrics_port, metrics_host)
+    app.run_worker(
+        concurrency=minimum,
+        max_concurrency=maximum if maximum != minimum else None,
+        scale_up_age=scale_up_age,
+        scale_down_after=scale_down_after,
+    )
+    _exit_past_leaked_threads()
+
+
+def _exit_past_leaked_threads() -> None:
+    """The node has stopped and written everything; a thread that task code started and
+    never ended (not a daemon) would keep the process alive for ever. Say so and exit."""
+    leaked = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    if not leaked:
+        return
+    logging.getLogger("tickwork.worker").warning(
+        "node stopped; exiting without waiting for %d thread(s) that task code left running: %s",
+        len(leaked),
+        ", ".join(sorted(leaked)[:10]),
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _concurrency(text: str) -> tuple[int, int]:
+    """``N`` or ``MIN,MAX`` (Celery's --autoscale takes MAX,MIN; tickwork reads it in order)."""
+    parts = text.split(",")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        numbers = []
+    if len(numbers) not in (1, 2) or not all(1 <= n <= 10_000 for n in numbers) or numbers != sorted(numbers):
+        raise click.BadParameter(
+            f"{text!r}: expected N or MIN,MAX with 1 <= MIN <= MAX <= 10000", param_hint="--concurrency"
+        )
+    return numbers[0], numbers[-1]
