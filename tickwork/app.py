@@ -1,33 +1,28 @@
 """The App: the registry of task functions and the client API over a store.
 
-Every input is validated here, before the store is touched, so a rejected call names
-the field and value and leaves nothing behind.
+Every input is validated before the store is touched (by ``validate``, ``planning``
+and ``missed_slots``), so a rejected call names the field and value and leaves nothing
+behind.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import secrets
 import threading
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from tickwork import validate
+from tickwork import missed_slots, planning, validate
 from tickwork.clock import Clock, utcnow
-from tickwork.codec import check_json, dumps
-from tickwork.cron import CronSchedule, parse_timezone
-from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, TaskNotFound
+from tickwork.errors import InvalidInput, InvalidState, TaskNotFound
 from tickwork.events import Events, Hook
 from tickwork.locks import RedisLocks
-from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Stats, Status, Task
+from tickwork.model import Execution, ExecutionStatus, Misfire, Node, OnLost, Overlap, Stats, Status, Task
 from tickwork.node.redis_locks import NodeLocks, RedisMode
 from tickwork.node.settings import NodeSettings
 from tickwork.registry import Isolation, Registry, TaskOptions
-from tickwork.schedules import IntervalSchedule, decide, first_slot_from, jitter_offset, schedule_of
-from tickwork.store import NewTask, Skipping, Store, open_store
+from tickwork.store import Store, open_store
 
 if TYPE_CHECKING:
     from tickwork.node.autoscale import Autoscaler
@@ -38,8 +33,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_URL = "sqlite:///tickwork.db"
 DEFAULT_MAX_PAYLOAD = 64 * 1024
 RESUME_ATTEMPTS = 3
-MAX_BACKFILL = 10_000
-"""Most slots one backfill call schedules."""
 
 
 class App:
@@ -211,35 +204,18 @@ class App:
         it, any node's reconciler ends the run TIMED_OUT.
         """
         options = TaskOptions(
-            timeout=validate.optional_positive("timeout", timeout),
-            max_retries=validate.retries(max_retries),
-            retry_backoff=validate.positive("retry_backoff", retry_backoff),
-            misfire=validate.misfire(misfire),
-            misfire_grace=None if misfire_grace is None else validate.non_negative("misfire_grace", misfire_grace),
-            jitter=validate.non_negative("jitter", jitter),
-            priority=validate.integer("priority", priority),
-            max_catchup=validate.max_catchup(max_catchup),
-            overlap=validate.overlap(overlap),
-            on_lost=validate.on_lost(on_lost),
-            max_runtime=validate.optional_positive("max_runtime", max_runtime),
-            isolation=validate.isolation(isolation),
-            kill_grace=validate.non_negative("kill_grace", kill_grace),
-        )
+            **validate.task_options(
+                dict(
+                    timeout=timeout, max_retries=max_retries, retry_backoff=retry_backoff, misfire=misfire,
+                    misfire_grace=misfire_grace, jitter=jitter, priority=priority, max_catchup=max_catchup,
+                    overlap=overlap, on_lost=on_lost, max_runtime=max_runtime, isolation=isolation,
+                    kill_grace=kill_grace,
+                )
+            )
+        )  # fmt: skip
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
-            if not callable(f):
-                raise InvalidInput("func", f, "a task must be a function")
-            if name is not None and (not isinstance(name, str) or not name.strip()):
-                raise InvalidInput("name", name, "must be a non-empty string")
-            qualname = getattr(f, "__qualname__", None)
-            if name is None and qualname is None:
-                raise InvalidInput("name", None, f"{f!r} has no __qualname__: give the task a name=")
-            task_name = name or f"{getattr(f, '__module__', None) or '__main__'}.{qualname}"
-            if options.isolation is Isolation.PROCESS and (qualname is None or "<" in qualname):
-                raise InvalidInput(
-                    "isolation", "process", f"{f!r} is not defined at module level: a child process cannot find it"
-                )
-            self.registry.add(task_name, f, options)
+            self.registry.add(validate.task_name(f, name, options.isolation), f, options)
             return f
 
         return register(func) if func is not None else register
@@ -271,12 +247,15 @@ class App:
         """Schedule ``task`` once (now, after ``delay``, ``at`` a time) or recurring
         (``cron`` in ``timezone``, or ``every``). Returns the stored task; with ``key``,
         the live task already holding that key if there is one."""
-        new = self._new_task(
-            task, args=args, kwargs=kwargs, delay=delay, at=at, cron=cron, timezone=timezone, every=every,
+        given = planning.ScheduleArgs(
+            args=args, kwargs=kwargs, delay=delay, at=at, cron=cron, timezone=timezone, every=every,
             key=key, misfire=misfire, misfire_grace=misfire_grace, jitter=jitter, timeout=timeout,
             max_retries=max_retries, retry_backoff=retry_backoff, priority=priority, max_catchup=max_catchup,
             overlap=overlap,
         )  # fmt: skip
+        definition = self.registry.resolve(task)
+        request = planning.check(definition, given, max_payload=self.max_payload, misfire_grace=self.misfire_grace)
+        new = planning.new_task(request, self.store.approximate_now())
         [stored] = self.store.insert_tasks([new], max_pending=self.max_pending)
         self.wakeup.set()
         return stored
@@ -286,140 +265,18 @@ class App:
 
         Each item holds ``task`` (name or function) and ``schedule()``'s keyword arguments.
         """
-        news: list[NewTask] = []
-        for index, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                raise InvalidInput(f"items[{index}]", item, "must be a mapping of schedule() arguments")
-            fields = dict(item)
-            if "task" not in fields:
-                raise InvalidInput(f"items[{index}].task", None, "missing")
-            task = fields.pop("task")
-            try:
-                news.append(self._new_task(task, **fields))
-            except InvalidInput as exc:
-                raise type(exc)(f"items[{index}].{exc.field}", exc.value, exc.reason) from exc
-            except TypeError as exc:
-                raise InvalidInput(f"items[{index}]", sorted(fields), str(exc)) from exc
+        requests = planning.check_items(
+            self.registry, items, max_payload=self.max_payload, misfire_grace=self.misfire_grace
+        )
+        news = [planning.new_task(request, self.store.approximate_now()) for request in requests]
         stored = self.store.insert_tasks(news, max_pending=self.max_pending) if news else []
         self.wakeup.set()
         return stored
 
-    def _new_task(
-        self,
-        task: str | Callable[..., Any],
-        *,
-        args: Iterable[Any] | None = None,
-        kwargs: Mapping[str, Any] | None = None,
-        delay: float | timedelta | None = None,
-        at: datetime | None = None,
-        cron: str | None = None,
-        timezone: str = "UTC",
-        every: float | timedelta | None = None,
-        key: str | None = None,
-        misfire: Misfire | str | None = None,
-        misfire_grace: float | None = None,
-        jitter: float | None = None,
-        timeout: float | None = None,
-        max_retries: int | None = None,
-        retry_backoff: float | None = None,
-        priority: int | None = None,
-        max_catchup: int | None = None,
-        overlap: Overlap | str | None = None,
-    ) -> NewTask:
-        definition = self.registry.resolve(task)
-        args_list, kwargs_dict = self._payload(args, kwargs)
-        if cron is not None and every is not None:
-            raise InvalidInput("every", every, "give either cron or every, not both")
-        if delay is not None and at is not None:
-            raise InvalidInput("at", at, "give either delay or at, not both")
-        parse_timezone(timezone)
-        if timezone != "UTC" and cron is None:
-            raise InvalidInput("timezone", timezone, "only applies to cron schedules")
-        # Everything that can be refused is checked before the store is touched.
-        delay_s = None if delay is None else validate.seconds("delay", delay, allow_zero=True)
-        at_utc = None if at is None else validate.moment("at", at)
-        cron_schedule = None if cron is None else CronSchedule(cron, timezone)
-        interval: float | None = None
-        if every is not None:
-            interval = validate.seconds("every", every, allow_zero=False)
-            IntervalSchedule(interval)
-        now = self.store.approximate_now()
-        start = now if at_utc is None else at_utc
-        if delay_s is not None:
-            start = now + timedelta(seconds=delay_s)
-        if cron_schedule is not None:
-            kind = Kind.RECURRING
-            scheduled_at = cron_schedule.next_after(start - timedelta(microseconds=1))
-        elif interval is not None:
-            kind = Kind.RECURRING
-            # The first slot is one interval from now, unless a start was given.
-            scheduled_at = start if (at is not None or delay is not None) else now + timedelta(seconds=interval)
-        else:
-            kind = Kind.ONE_TIME
-            scheduled_at = start
-        options = definition.options
-        default_misfire = Misfire.SINGLE_CATCHUP if kind is Kind.RECURRING else Misfire.CATCHUP
-        jitter_s = options.jitter if jitter is None else validate.non_negative("jitter", jitter)
-        if key is not None and (not isinstance(key, str) or not key):
-            raise InvalidInput("key", key, "must be a non-empty string")
-        return NewTask(
-            name=definition.name,
-            args=args_list,
-            kwargs=kwargs_dict,
-            kind=kind,
-            scheduled_at=scheduled_at,
-            next_run_at=scheduled_at + jitter_offset(first_slot_seed(key), scheduled_at, jitter_s),
-            key=key,
-            cron=cron.strip() if cron is not None else None,
-            timezone=timezone,
-            interval=interval,
-            misfire=validate.misfire(misfire) or options.misfire or default_misfire,
-            misfire_grace=(
-                validate.non_negative("misfire_grace", misfire_grace)
-                if misfire_grace is not None
-                else options.misfire_grace
-                if options.misfire_grace is not None
-                else self.misfire_grace
-            ),
-            jitter=jitter_s,
-            timeout=options.timeout if timeout is None else validate.optional_positive("timeout", timeout),
-            max_retries=options.max_retries if max_retries is None else validate.retries(max_retries),
-            retry_backoff=options.retry_backoff
-            if retry_backoff is None
-            else validate.positive("retry_backoff", retry_backoff),
-            priority=options.priority if priority is None else validate.integer("priority", priority),
-            max_catchup=options.max_catchup if max_catchup is None else validate.max_catchup(max_catchup),
-            overlap=options.overlap if overlap is None else validate.overlap(overlap),
-            on_lost=options.on_lost,
-            max_runtime=options.max_runtime,
-        )
-
-    def _payload(
-        self, args: Iterable[Any] | None, kwargs: Mapping[str, Any] | None
-    ) -> tuple[list[Any], dict[str, Any]]:
-        if args is not None and (isinstance(args, (str, bytes, Mapping)) or not isinstance(args, Iterable)):
-            raise InvalidInput("args", args, "must be a list of JSON values")
-        if kwargs is not None and not isinstance(kwargs, Mapping):
-            raise InvalidInput("kwargs", kwargs, "must be a mapping of names to JSON values")
-        args_list = list(args or [])
-        kwargs_dict = dict(kwargs or {})
-        check_json("args", args_list)
-        check_json("kwargs", kwargs_dict)
-        args_size, kwargs_size = len(dumps(args_list).encode()), len(dumps(kwargs_dict).encode())
-        if args_size + kwargs_size > self.max_payload:
-            field = "kwargs" if kwargs_size >= args_size else "args"
-            raise PayloadTooLarge(
-                field, f"<{args_size + kwargs_size} bytes>", f"payload exceeds max_payload={self.max_payload} bytes"
-            )
-        return args_list, kwargs_dict
-
     # -- reading ------------------------------------------------------------------------------
 
     def get(self, task_id: int) -> Task:
-        task = self.store.get_task(validate.task_id(task_id))
-        if task is None:
-            raise TaskNotFound(task_id)
-        return task
+        return self._require(self.store.get_task(validate.task_id(task_id)), task_id)
 
     def tasks(
         self, *, status: Status | str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
@@ -471,7 +328,9 @@ class App:
         paused go to its misfire policy when it is next claimed, or, with
         ``catch_up=False``, are all skipped now (and recorded as one SKIPPED execution)."""
         for _ in range(RESUME_ATTEMPTS):
-            skipping = None if catch_up else self._skipping(self.get(task_id))
+            skipping = None
+            if not catch_up:
+                skipping = missed_slots.skip_while_paused(self.get(task_id), self.store.approximate_now())
             task = self._require(self.store.resume(validate.task_id(task_id), skipping), task_id)
             if task.status is not Status.PAUSED:
                 break  # resumed (or no longer paused): otherwise it changed under us, decide again
@@ -480,25 +339,6 @@ class App:
         self.wakeup.set()
         return task
 
-    def _skipping(self, task: Task) -> Skipping | None:
-        """The missed slots of a paused recurring task, decided as SKIP with no grace."""
-        if task.kind is not Kind.RECURRING or task.status is not Status.PAUSED:
-            return None
-        policy = dataclasses.replace(task, misfire=Misfire.SKIP, misfire_grace=0.0, triggered=False)
-        decision = decide(policy, self.store.approximate_now())
-        if decision.run or decision.skipped_first is None or decision.skipped_last is None:
-            return None
-        then = decision.next_slot
-        return Skipping(
-            version=task.version,
-            next_slot=then,
-            next_run_at=then + jitter_offset(task.id, then, task.jitter),
-            count=decision.skipped,
-            first=decision.skipped_first,
-            last=decision.skipped_last,
-            decision=f"resumed without catch-up: {decision.text}",
-        )
-
     def backfill(self, task_id: int, start: datetime, end: datetime) -> list[Task]:
         """Run every slot of a recurring task in [start, end] once, oldest first.
 
@@ -506,45 +346,9 @@ class App:
         ``ctx.scheduled_for`` is the slot, logged like any run. Slots that already have a
         COMPLETED execution (or a backfill run waiting) are refused. Returns the runs
         scheduled."""
-        first = validate.moment("start", start)
-        last = validate.moment("end", end)
-        task = self.get(task_id)
-        schedule = schedule_of(task)
-        if schedule is None:
-            raise InvalidInput("task_id", task_id, "only a recurring task can be backfilled")
-        if last < first:
-            raise InvalidInput("end", end.isoformat(), "must not be before start")
-        if last > self.store.approximate_now():
-            raise InvalidInput("end", end.isoformat(), "must not be in the future: the schedule runs those slots")
-        slots: list[datetime] = []
-        slot = first_slot_from(schedule, task.scheduled_at, first)
-        while slot <= last:
-            if len(slots) == MAX_BACKFILL:
-                raise InvalidInput("end", end.isoformat(), f"the range holds more than {MAX_BACKFILL} slots")
-            slots.append(slot)
-            slot = schedule.next_after(slot)
-        runs = [
-            NewTask(
-                name=task.name,
-                args=task.args,
-                kwargs=task.kwargs,
-                kind=Kind.ONE_TIME,
-                scheduled_at=s,
-                next_run_at=s,
-                key=f"backfill:{task_id}:{s.isoformat()}",
-                misfire=Misfire.CATCHUP,
-                misfire_grace=task.misfire_grace,
-                timeout=task.timeout,
-                max_retries=task.max_retries,
-                retry_backoff=task.retry_backoff,
-                priority=task.priority,
-                parent_id=task_id,
-                on_lost=task.on_lost,
-                max_runtime=task.max_runtime,
-            )
-            for s in slots
-        ]
-        scheduled = self.store.backfill(task_id, first, last, runs) if runs else []
+        span = missed_slots.window(start, end)
+        runs = missed_slots.backfill_runs(self.get(task_id), span, self.store.approximate_now())
+        scheduled = self.store.backfill(task_id, span.first, span.last, runs) if runs else []
         self.wakeup.set()
         return scheduled
 
@@ -630,12 +434,3 @@ class App:
             autoscaler=autoscaler,
             stats=PrometheusStats(),
         )
-
-
-def first_slot_seed(key: str | None) -> int:
-    """Seeds the first slot's jitter before the task has an id (later slots use the id).
-
-    Random per task, so a thousand tasks scheduled alike spread out; stable per key, so
-    scheduling the same keyed task again lands on the same dispatch time.
-    """
-    return zlib.crc32(key.encode()) if key is not None else secrets.randbits(63)

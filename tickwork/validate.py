@@ -5,9 +5,11 @@ Every check runs before the store is touched, so a refused call leaves nothing b
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tickwork.errors import InvalidInput
 from tickwork.model import ExecutionStatus, Misfire, OnLost, Overlap, Status
@@ -67,6 +69,16 @@ def moment(field: str, value: datetime) -> datetime:
 
 def optional_positive(field: str, value: float | None) -> float | None:
     return None if value is None else positive(field, value)
+
+
+def optional_non_negative(field: str, value: float | None) -> float | None:
+    return None if value is None else non_negative(field, value)
+
+
+def text(field: str, value: str, reason: str = "must be a non-empty string") -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(field, value, reason)
+    return value
 
 
 def integer(field: str, value: int) -> int:
@@ -137,3 +149,44 @@ def limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidInput("limit", limit, "must be an integer from 1 to 10000")
     return limit
+
+
+OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "timeout": functools.partial(optional_positive, "timeout"),
+    "max_retries": retries,
+    "retry_backoff": functools.partial(positive, "retry_backoff"),
+    "misfire": misfire,
+    "misfire_grace": functools.partial(optional_non_negative, "misfire_grace"),
+    "jitter": functools.partial(non_negative, "jitter"),
+    "priority": functools.partial(integer, "priority"),
+    "max_catchup": max_catchup,
+    "overlap": overlap,
+    "on_lost": on_lost,
+    "max_runtime": functools.partial(optional_positive, "max_runtime"),
+    "isolation": isolation,
+    "kill_grace": functools.partial(non_negative, "kill_grace"),
+}
+"""The rule of each per-task option (``TaskOptions``' fields): one table, so that
+``@app.task`` and the overrides ``schedule()`` accepts cannot drift apart."""
+
+
+def task_options(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Each option checked by its rule, in the order given (the first bad one is named)."""
+    return {name: OPTION_CHECKS[name](value) for name, value in values.items()}
+
+
+def task_name(func: Callable[..., Any], name: str | None, isolation: Isolation) -> str:
+    """The name ``func`` registers under: stored tasks refer to it, so it must be one the
+    application can give again (and a child process must be able to import the function)."""
+    if not callable(func):
+        raise InvalidInput("func", func, "a task must be a function")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise InvalidInput("name", name, "must be a non-empty string")
+    qualname = getattr(func, "__qualname__", None)
+    if name is None and qualname is None:
+        raise InvalidInput("name", None, f"{func!r} has no __qualname__: give the task a name=")
+    if isolation is Isolation.PROCESS and (qualname is None or "<" in qualname):
+        raise InvalidInput(
+            "isolation", "process", f"{func!r} is not defined at module level: a child process cannot find it"
+        )
+    return name or f"{getattr(func, '__module__', None) or '__main__'}.{qualname}"
