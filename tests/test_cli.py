@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from tests.workers import ROOT
 from tickwork import App, Status
 from tickwork.cli import common as cli  # the console every command prints through
 from tickwork.cli import main
+from tickwork.demo import make_app as make_demo_app
 
 APP = "tests.apps.basic:app"
 
@@ -148,6 +151,59 @@ def test_demo_runs_every_kind_of_task(tmp_path: Path) -> None:
         "COMPLETED",
     ]
     assert "runs logged" in result.stdout
+    app.close()
+
+
+def _foreign_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Files the demo must refuse to delete, each with the reason it must give."""
+    (tmp_path / "a-directory").mkdir()
+    (tmp_path / "notes.db").write_text("not a database\n")
+    for name, journal in (("other-rollback.db", "DELETE"), ("other-wal.db", "WAL")):
+        with contextlib.closing(sqlite3.connect(tmp_path / name)) as conn:
+            conn.execute(f"PRAGMA journal_mode={journal}")
+            conn.execute("CREATE TABLE things (x)")
+            conn.commit()
+    app = App(f"sqlite:///{tmp_path / 'work.db'}")
+    for name in ("demo.mine", "work.report", "work.sync"):
+        app.task(name=name)(lambda ctx: None)
+        app.schedule(name, delay=3600)
+    app.close()
+    return {
+        "directory": (tmp_path / "a-directory", "is a directory"),
+        "text": (tmp_path / "notes.db", "exists and is not a tickwork demo database (file is not a database)"),
+        "rollback": (tmp_path / "other-rollback.db", "exists and is not a tickwork demo database (not in WAL mode"),
+        "wal": (tmp_path / "other-wal.db", "exists and is not a tickwork demo database (no such table"),
+        "work": (tmp_path / "work.db", "holds 2 tasks that are not the demo's; choose another path"),
+    }
+
+
+@pytest.mark.parametrize("case", ["directory", "text", "rollback", "wal", "work"])
+def test_demo_refuses_a_file_that_is_not_its_own_and_leaves_it_as_it_was(run, tmp_path: Path, case: str) -> None:  # type: ignore[no-untyped-def]
+    path, reason = _foreign_files(tmp_path)[case]
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    out = run("demo", "--duration", "0", "--db-path", str(path), ok=False)
+    assert out.startswith(f"Error: db_path={str(path)!r}: {reason}") and len(out.strip().splitlines()) == 1, out
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_demo_starts_afresh_on_a_file_of_its_own(tmp_path: Path) -> None:
+    db_path = tmp_path / "demo.db"
+    old = make_demo_app(f"sqlite:///{db_path}")
+    old.schedule("demo.minute_report", cron="* * * * *")
+    old.schedule("demo.send_welcome", kwargs={"user": "old@example.com"}, delay=3600)
+    old.close()
+    result = subprocess.run(
+        [sys.executable, "-m", "tickwork.cli", "demo", "--duration", "0", "--db-path", str(db_path)],
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "160"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    app = App(f"sqlite:///{db_path}")
+    tasks = app.tasks()
+    assert [t.id for t in tasks] == [1, 2, 3, 4, 5] and all(t.kwargs.get("user") != "old@example.com" for t in tasks)
     app.close()
 
 

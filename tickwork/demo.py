@@ -4,9 +4,7 @@ live table of the execution log. It is what ``tickwork demo`` runs."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-import sqlite3
 import threading
 import time
 from datetime import timedelta
@@ -20,6 +18,7 @@ from tickwork.app import App
 from tickwork.context import Context
 from tickwork.errors import StoreError
 from tickwork.model import Execution, ExecutionStatus, Task
+from tickwork.store import open_store
 
 STATUS_STYLE = {
     ExecutionStatus.RUNNING: "yellow",
@@ -29,6 +28,12 @@ STATUS_STYLE = {
     ExecutionStatus.TIMED_OUT: "red",
     ExecutionStatus.SKIPPED: "dim",
 }
+
+_PAGE = 10_000
+"""Task headers read per query while counting the tasks of an existing file."""
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_WAL_VERSIONS = b"\x02\x02"
+"""Bytes 18 and 19 of the header (write and read format versions) of a file in WAL mode."""
 
 
 def make_app(url: str) -> App:
@@ -102,12 +107,46 @@ def _refuse_foreign_database(db_path: str) -> None:
     if not path.exists() or path.stat().st_size == 0:
         return
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-            (foreign,) = conn.execute("SELECT COUNT(*) FROM tickwork_tasks WHERE name NOT LIKE 'demo.%'").fetchone()
-    except sqlite3.Error as exc:
+        foreign = _foreign_tasks(path)
+    except Exception as exc:  # whatever stops the file being read, it is not one to delete
         raise StoreError(f"db_path={db_path!r}: exists and is not a tickwork demo database ({exc})") from exc
     if foreign:
         raise StoreError(f"db_path={db_path!r}: holds {foreign} tasks that are not the demo's; choose another path")
+
+
+def _foreign_tasks(path: Path) -> int:
+    """How many tasks in the file are not the demo's (named ``demo.*``), read through the
+    store's listing; the store is opened but not migrated, so a file of another program's
+    is only read, never given tickwork's tables."""
+    _require_wal_sqlite(path)
+    store = open_store(f"sqlite:///{path}")
+    try:
+        foreign, offset = 0, 0
+        while True:
+            page = store.task_headers(limit=_PAGE, offset=offset)
+            foreign += sum(1 for header in page if header.name is not None and not _is_demo(header.name))
+            if len(page) < _PAGE:
+                return foreign
+            offset += _PAGE
+    finally:
+        store.close()
+
+
+def _require_wal_sqlite(path: Path) -> None:
+    """tickwork's SQLite store keeps its file in WAL mode, and opening one that is not
+    would switch it over: a change to a file that is about to be refused. Its header
+    tells, without opening it as a database."""
+    with path.open("rb") as file:
+        header = file.read(20)
+    if not header.startswith(_SQLITE_MAGIC):
+        raise StoreError("file is not a database")
+    if header[18:20] != _WAL_VERSIONS:
+        raise StoreError("not in WAL mode, as every tickwork database is")
+
+
+def _is_demo(name: str) -> bool:
+    """``demo.`` in any ASCII case, as SQL's LIKE 'demo.%' (the check this replaced) read it."""
+    return name[:5].lower() == "demo."
 
 
 def run_demo(db_path: str, duration: float | None, console: Console) -> int:
