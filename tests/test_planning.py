@@ -153,7 +153,7 @@ def test_every_option_has_one_rule_shared_by_registration_and_schedule() -> None
     option_names = {f.name for f in dataclasses.fields(TaskOptions)}
     assert set(validate.OPTION_CHECKS) == option_names
     assert set(OVERRIDABLE) <= option_names & {f.name for f in dataclasses.fields(ScheduleArgs)}
-    assert validate.task_options({"timeout": None, "kill_grace": 1, "isolation": "PROCESS"}) == {
+    assert validate.task_options(timeout=None, kill_grace=1, isolation="PROCESS") == {
         "timeout": None,
         "kill_grace": 1.0,
         "isolation": "process",

@@ -1,28 +1,26 @@
 """The App: the registry of task functions and the client API over a store.
 
-Every input is validated before the store is touched (by ``validate``, ``planning``
-and ``missed_slots``), so a rejected call names the field and value and leaves nothing
-behind.
-"""
+Every input is checked before the store is touched, so a refused call leaves nothing behind."""
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from tickwork import missed_slots, planning, validate
+from tickwork.app_settings import DEFAULT_MAX_PAYLOAD, AppSettings, Setting
 from tickwork.clock import Clock, utcnow
-from tickwork.errors import InvalidInput, InvalidState, TaskNotFound
+from tickwork.errors import InvalidState, TaskNotFound
 from tickwork.events import Events, Hook
+from tickwork.lazy_store import LazyStore
 from tickwork.locks import RedisLocks
 from tickwork.model import Execution, ExecutionStatus, Misfire, Node, OnLost, Overlap, Stats, Status, Task
 from tickwork.node.redis_locks import NodeLocks, RedisMode
 from tickwork.node.settings import NodeSettings
 from tickwork.registry import Isolation, Registry, TaskOptions
-from tickwork.store import Store, open_store
+from tickwork.store import Store
 
 if TYPE_CHECKING:
     from tickwork.node.autoscale import Autoscaler
@@ -30,13 +28,24 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_URL = "sqlite:///tickwork.db"
-DEFAULT_MAX_PAYLOAD = 64 * 1024
 RESUME_ATTEMPTS = 3
 
 
 class App:
     """Register tasks with ``@app.task``, schedule them, run nodes with ``run_worker``."""
+
+    lease: Setting[float] = Setting()
+    heartbeat: Setting[float] = Setting()
+    poll_interval: Setting[float] = Setting()
+    misfire_grace: Setting[float] = Setting()
+    shutdown_grace: Setting[float] = Setting()
+    claim_strategy: Setting[str | None] = Setting("claim")
+    max_payload: Setting[int] = Setting()
+    max_pending: Setting[int | None] = Setting()
+    redis_url: Setting[str | None] = Setting()
+    redis_prefix: Setting[str] = Setting()
+    redis_mode: Setting[RedisMode] = Setting()
+    lock_ttl: Setting[float | None] = Setting()
 
     def __init__(
         self,
@@ -58,52 +67,17 @@ class App:
         lock_ttl: float | None = None,
         clock: Clock = utcnow,
     ) -> None:
-        if url is not None and (not isinstance(url, str) or not url):
-            raise InvalidInput("url", url, "must be a database URL such as sqlite:///tickwork.db")
-        self._url = url
-        self._opened_url: str | None = None
-        self.lease = validate.positive("lease", lease)
-        self.heartbeat = validate.positive("heartbeat", heartbeat)
-        if self.heartbeat >= self.lease:
-            raise InvalidInput("heartbeat", heartbeat, f"must be shorter than the lease ({lease} s)")
-        self.poll_interval = validate.positive("poll_interval", poll_interval)
-        self.misfire_grace = validate.non_negative("misfire_grace", misfire_grace)
-        self.shutdown_grace = validate.non_negative("shutdown_grace", shutdown_grace)
-        if claim not in (None, "skip_locked", "optimistic"):
-            raise InvalidInput("claim", claim, "must be 'skip_locked' or 'optimistic'")
-        if claim == "skip_locked" and self.url.startswith("sqlite:"):
-            raise InvalidInput("claim", claim, "SQLite supports only 'optimistic' (SKIP LOCKED needs PostgreSQL)")
-        self.claim_strategy = claim
-        if isinstance(max_payload, bool) or not isinstance(max_payload, int) or max_payload <= 0:
-            raise InvalidInput("max_payload", max_payload, "must be a positive number of bytes")
-        self.max_payload = max_payload
-        if max_pending is not None and (
-            isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1
-        ):
-            raise InvalidInput("max_pending", max_pending, "must be a positive number of tasks, or None (no limit)")
-        self.max_pending = max_pending
+        self.settings = AppSettings(
+            url=url, lease=lease, heartbeat=heartbeat, poll_interval=poll_interval, misfire_grace=misfire_grace,
+            shutdown_grace=shutdown_grace, claim=claim, max_payload=max_payload, max_pending=max_pending,
+            redis_url=redis_url, redis_prefix=redis_prefix, redis_mode=redis_mode, lock_ttl=lock_ttl,
+        )  # fmt: skip
         self.clock = clock
         self.registry = Registry()
         self.events = Events(webhook_url, webhook_secret)
-        if redis_url is not None and (
-            not isinstance(redis_url, str) or not redis_url.startswith(("redis://", "rediss://", "unix://"))
-        ):
-            raise InvalidInput("redis_url", redis_url, "must be a redis://, rediss:// or unix:// URL")
-        self.redis_url = redis_url
-        if not isinstance(redis_prefix, str) or not redis_prefix:
-            raise InvalidInput("redis_prefix", redis_prefix, "must be a non-empty string")
-        self.redis_prefix = redis_prefix
-        try:
-            self.redis_mode = RedisMode(redis_mode)
-        except ValueError as exc:
-            raise InvalidInput("redis_mode", redis_mode, "must be 'best_effort' or 'required'") from exc
-        self.lock_ttl = validate.optional_positive("lock_ttl", lock_ttl)
-        if self.lock_ttl is not None and self.lock_ttl < self.lease:
-            raise InvalidInput("lock_ttl", lock_ttl, f"must be at least the lease ({lease} s): heartbeats extend it")
         self.wakeup = threading.Event()
         """Set when this process schedules or triggers something, to wake a local node."""
-        self._store: Store | None = None
-        self._store_lock = threading.Lock()
+        self._store = LazyStore(url)
 
     # -- store --------------------------------------------------------------------------
 
@@ -111,18 +85,12 @@ class App:
     def url(self) -> str:
         """The database URL: the one given, else ``TICKWORK_DB`` when the store is
         opened (so ``tickwork --db`` applies to apps imported earlier), else the default."""
-        return self._opened_url or self._url or os.environ.get("TICKWORK_DB") or DEFAULT_URL
+        return self._store.url
 
     @property
     def store(self) -> Store:
         """The store, opened and migrated to the latest schema on first use."""
-        with self._store_lock:
-            if self._store is None:
-                url = self.url
-                store = open_store(url, clock=self.clock, claim=self.claim_strategy)
-                store.migrate()
-                self._store, self._opened_url = store, url
-            return self._store
+        return self._store.get(clock=self.clock, claim=self.claim_strategy)
 
     def node_locks(self) -> NodeLocks | None:
         """A node's Redis locks, when ``redis_url`` is set (each node has its own connection)."""
@@ -142,10 +110,7 @@ class App:
 
     def close(self) -> None:
         self.events.close()
-        with self._store_lock:
-            if self._store is not None:
-                self._store.close()
-                self._store, self._opened_url = None, None
+        self._store.close()
 
     # -- registration ---------------------------------------------------------------------
 
@@ -205,12 +170,9 @@ class App:
         """
         options = TaskOptions(
             **validate.task_options(
-                dict(
-                    timeout=timeout, max_retries=max_retries, retry_backoff=retry_backoff, misfire=misfire,
-                    misfire_grace=misfire_grace, jitter=jitter, priority=priority, max_catchup=max_catchup,
-                    overlap=overlap, on_lost=on_lost, max_runtime=max_runtime, isolation=isolation,
-                    kill_grace=kill_grace,
-                )
+                timeout=timeout, max_retries=max_retries, retry_backoff=retry_backoff, misfire=misfire,
+                misfire_grace=misfire_grace, jitter=jitter, priority=priority, max_catchup=max_catchup,
+                overlap=overlap, on_lost=on_lost, max_runtime=max_runtime, isolation=isolation, kill_grace=kill_grace,
             )
         )  # fmt: skip
 

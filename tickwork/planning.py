@@ -105,7 +105,7 @@ def check(definition: TaskDef, given: ScheduleArgs, *, max_payload: int, misfire
     if given.key is not None:
         validate.text("key", given.key)
     overrides = {name: getattr(given, name) for name in OVERRIDABLE if getattr(given, name) is not None}
-    options = dataclasses.replace(definition.options, **validate.task_options(overrides))
+    options = dataclasses.replace(definition.options, **validate.task_options(**overrides))
     return Request(
         name=definition.name,
         args=args,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -73,6 +73,13 @@ def optional_positive(field: str, value: float | None) -> float | None:
 
 def optional_non_negative(field: str, value: float | None) -> float | None:
     return None if value is None else non_negative(field, value)
+
+
+def count(field: str, value: int, reason: str) -> int:
+    """A whole number of at least 1 (a bool is not one, though Python says it is an int)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(field, value, reason)
+    return value
 
 
 def text(field: str, value: str, reason: str = "must be a non-empty string") -> str:
@@ -170,7 +177,7 @@ OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
 ``@app.task`` and the overrides ``schedule()`` accepts cannot drift apart."""
 
 
-def task_options(values: Mapping[str, Any]) -> dict[str, Any]:
+def task_options(**values: Any) -> dict[str, Any]:
     """Each option checked by its rule, in the order given (the first bad one is named)."""
     return {name: OPTION_CHECKS[name](value) for name, value in values.items()}
 
