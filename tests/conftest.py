@@ -1,5 +1,7 @@
 """Shared fixtures. ``store_url`` / ``store`` are parametrised over every store so the
-contract suite runs unchanged against each (SQLite now; server stores plug in here)."""
+contract suite runs unchanged against each (SQLite now; server stores plug in here).
+``fake_store`` is the in-memory one (tests/fake_store.py) for unit tests of the node;
+the contract suite runs against it too, as the store kind ``FAKE``."""
 
 from __future__ import annotations
 
@@ -11,12 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.fake_store import FakeStore
 from tests.redis_support import redis_prefix, redis_url  # noqa: F401  # fixtures for every test module
 from tests.workers import Fleet, client_for
 from tickwork import App
 from tickwork.store import Store, open_store
 
 STORE_KINDS = ["sqlite", "postgres"]
+FAKE = "fake"
+"""The in-memory store's kind: built directly, it has no URL to open it by."""
 PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 TABLES = "tickwork_executions, tickwork_tasks, tickwork_nodes"
 
@@ -72,17 +77,30 @@ def pg_url(pg_database: str) -> str:
     return pg_database
 
 
-@pytest.fixture(params=STORE_KINDS)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
+def url_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database of a real store kind, for this test."""
+    if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'tickwork.db'}"
     return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return url_of(request.param, request, tmp_path)
 
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     s = open_store(store_url)
     s.migrate()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def fake_store() -> Iterator[FakeStore]:
+    """An empty in-memory store on the real clock (build ``FakeStore(clock)`` for a driven one)."""
+    s = FakeStore()
     yield s
     s.close()
 

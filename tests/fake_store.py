@@ -1,0 +1,784 @@
+"""An in-memory ``Store`` for unit tests of the node: no database, no threads, a clock
+the test drives.
+
+It is a second, independent implementation of the contract in tickwork/store/base.py,
+written from the SQL store's queries (queries.sql, postgres.sql, sqlite.sql) rather than
+from its Python: the contract suite runs against it too, so a disagreement between the
+two shows up as a failing contract test instead of a node test that passes on a store
+no deployment has. Policy (what a run's outcome means for its task) is not repeated
+here: outcomes arrive already decided by tickwork.schedules, as they do for SQLStore.
+
+Rows are frozen ``Task`` / ``Execution`` values replaced whole on every write, the way
+an UPDATE replaces a row; readers get deep copies of the JSON parts, because the SQL
+stores hand out fresh objects and a caller (a task mutating its arguments) must not be
+able to change what is stored. One lock serialises every operation, which is what a
+transaction per call gives the SQL stores.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import heapq
+import itertools
+import json
+import re
+import threading
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any
+
+from tickwork.clock import utcnow
+from tickwork.codec import clean_text, dumps, json_problem
+from tickwork.errors import QueueFull
+from tickwork.model import (
+    Claim,
+    ErrorInfo,
+    Execution,
+    ExecutionStatus,
+    Kind,
+    NewTask,
+    Node,
+    Outcome,
+    Renewal,
+    Skipping,
+    Stats,
+    Status,
+    Task,
+    TaskHeader,
+)
+from tickwork.store.sql import RECENT_RUNS_WINDOW
+
+__all__ = ["FakeStore"]
+
+# The statuses that are not terminal: a task in one holds its idempotency key (the SQL
+# stores' partial unique index), and is one a cancel applies to.
+LIVE = frozenset({Status.PENDING, Status.RUNNING, Status.PAUSED})
+
+# How often a blocked ``listen`` looks at its ``stop`` event. A threading.Event cannot
+# wake a condition it does not own, so this bounds how long a node's stop waits for its
+# listener; notifications themselves are delivered without this delay.
+LISTEN_STOP_CHECK_S = 0.01
+
+_MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
+
+
+def _latest_schema_version() -> int:
+    """What ``migrate`` of a fresh SQL database returns, so the fake answers the same."""
+    folder = resources.files("tickwork.store").joinpath("migrations/sqlite")
+    numbers = [int(m.group(1)) for entry in folder.iterdir() if (m := _MIGRATION.match(entry.name))]
+    return max(numbers, default=0)
+
+
+def _utc(value: datetime) -> datetime:
+    """Times as the SQL stores give them back: aware, in UTC. A naive time is refused,
+    as the SQLite store refuses it (it cannot be placed on the store's clock)."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise TypeError(f"naive datetime {value!r}: the store keeps aware times only")
+    return value.astimezone(UTC)
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else _utc(value)
+
+
+def _thaw(value: Any) -> Any:
+    """A private copy of a stored JSON value (empty containers, the usual case, cheaply)."""
+    if isinstance(value, list) and not value:
+        return []
+    if isinstance(value, dict) and not value:
+        return {}
+    return copy.deepcopy(value)
+
+
+def _claim_order(task: Task) -> tuple[datetime, int, int]:
+    """Oldest due first, higher priority first among equals (the claim index's order)."""
+    return (task.next_run_at, -task.priority, task.id)
+
+
+class FakeStore:
+    """Every ``Store`` operation in memory. ``clock`` is the store's clock: what is due,
+    when leases end and every stamp written come from it, so a test that passes a driven
+    clock's ``now`` moves time for the store as SQL ``now()`` does for a database."""
+
+    def __init__(self, clock: Callable[[], datetime] = utcnow) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._notified = threading.Condition(self._lock)
+        self._tasks: dict[int, Task] = {}
+        self._executions: dict[int, Execution] = {}  # in id order: ids only grow
+        self._runs_of: dict[int, list[int]] = {}  # task id -> its execution ids, oldest first
+        self._by_key: dict[str, list[int]] = {}  # idempotency key -> every task that had it
+        self._nodes: dict[str, Node] = {}
+        self._revoked: dict[str, datetime] = {}  # SHA-256 of a session id -> until when
+        self._inboxes: dict[int, deque[str]] = {}  # one per blocked listen() call
+        self._last_task_id = 0
+        self._last_execution_id = 0
+        self._last_listener = 0
+
+    # -- schema, clock, lifecycle ------------------------------------------------------
+
+    def migrate(self) -> int:
+        return _latest_schema_version()
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    def approximate_now(self) -> datetime:
+        return self._clock()
+
+    def _now(self) -> datetime:
+        """The clock for what the fake writes and compares: in UTC, as every stamp the
+        SQL stores read back is, whatever zone a test's clock answers in."""
+        return _utc(self._clock())
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Nothing here fails by itself: an error the fake raises is a caller's bug."""
+        return False
+
+    def close(self) -> None:
+        """Nothing to release; the fake stays usable, as a closed SQLite store does."""
+
+    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
+        """Deliver what the PostgreSQL store NOTIFYs, on the caller's thread (a node's
+        listener thread, as in production), until ``stop`` is set. Registered before the
+        opening ``""``, so nothing announced after it is missed."""
+        if stop.is_set():
+            return
+        with self._lock:
+            self._last_listener += 1
+            token = self._last_listener
+            inbox: deque[str] = deque()
+            self._inboxes[token] = inbox
+        try:
+            on_notify("")
+            while not stop.is_set():
+                with self._lock:
+                    if not inbox:
+                        self._notified.wait(LISTEN_STOP_CHECK_S)
+                    payloads = list(inbox)
+                    inbox.clear()
+                for payload in payloads:  # outside the lock: a callback may call the store
+                    on_notify(payload)
+        finally:
+            with self._lock:
+                del self._inboxes[token]
+
+    def _notify(self, payload: str) -> None:
+        """pg_notify at commit: every listener hears it (lock held by the caller)."""
+        for inbox in self._inboxes.values():
+            inbox.append(payload)
+        self._notified.notify_all()
+
+    # -- scheduling -------------------------------------------------------------------
+
+    def insert_tasks(self, tasks: Sequence[NewTask], *, max_pending: int | None = None) -> list[Task]:
+        if not tasks:
+            return []
+        payloads = [(dumps(new.args), dumps(new.kwargs)) for new in tasks]  # unencodable: nothing written
+        with self._lock:
+            now = self._now()
+            if max_pending is not None:
+                fresh = self._fresh(tasks)
+                new_due = sum(1 for new, f in zip(tasks, fresh, strict=True) if f and new.next_run_at <= now)
+                # Counted as the SQL store counts: the rows due once inserted, up to a cap;
+                # refused before anything is written, as its rollback leaves nothing.
+                depth = min(self._due(now) + new_due, max_pending + new_due + 1)
+                if new_due and depth > max_pending:
+                    raise QueueFull(max_pending, depth - new_due, new_due)
+            return self._insert(tasks, payloads, now)
+
+    def _fresh(self, tasks: Sequence[NewTask]) -> list[bool]:
+        """Which tasks an insert would write: not those repeating the key of a live task,
+        stored or earlier in the same batch."""
+        fresh: list[bool] = []
+        keys: set[str] = set()
+        for new in tasks:
+            fresh.append(new.key is None or (new.key not in keys and self._live_holder(new.key) is None))
+            if new.key is not None:
+                keys.add(new.key)
+        return fresh
+
+    def _live_holder(self, key: str) -> int | None:
+        for task_id in self._by_key.get(key, ()):
+            if self._tasks[task_id].status in LIVE:
+                return task_id
+        return None
+
+    def _insert(self, tasks: Sequence[NewTask], payloads: Sequence[tuple[str, str]], now: datetime) -> list[Task]:
+        """Write the tasks in order; one whose key a live task holds (one written just
+        before it in this batch, too) is that task instead."""
+        written: list[int] = []
+        for new, (args, kwargs) in zip(tasks, payloads, strict=True):
+            holder = None if new.key is None else self._live_holder(new.key)
+            if holder is None:
+                self._last_task_id += 1
+                holder = self._last_task_id
+                self._tasks[holder] = self._new_task(holder, new, args, kwargs, now)
+                if new.key is not None:
+                    self._by_key.setdefault(new.key, []).append(holder)
+            written.append(holder)
+        self._notify("due")
+        return [self._out(self._tasks[task_id]) for task_id in written]
+
+    @staticmethod
+    def _new_task(task_id: int, new: NewTask, args: str, kwargs: str, now: datetime) -> Task:
+        """The row as the tables' columns and defaults make it (numbers in their column types)."""
+        return Task(
+            id=task_id,
+            name=new.name,
+            args=json.loads(args),
+            kwargs=json.loads(kwargs),
+            key=new.key,
+            kind=new.kind,
+            cron=new.cron,
+            timezone=new.timezone,
+            interval=None if new.interval is None else float(new.interval),
+            scheduled_at=_utc(new.scheduled_at),
+            next_run_at=_utc(new.next_run_at),
+            status=Status.PENDING,
+            misfire=new.misfire,
+            misfire_grace=float(new.misfire_grace),
+            jitter=float(new.jitter),
+            timeout=None if new.timeout is None else float(new.timeout),
+            max_retries=int(new.max_retries),
+            retry_backoff=float(new.retry_backoff),
+            priority=int(new.priority),
+            version=0,
+            lease_owner=None,
+            lease_expires_at=None,
+            cancel_requested=False,
+            triggered=False,
+            attempt=0,
+            run_count=0,
+            last_status=None,
+            created_at=now,
+            updated_at=now,
+            max_catchup=int(new.max_catchup),
+            overlap=new.overlap,
+            last_decision=None,
+            parent_id=new.parent_id,
+            on_lost=new.on_lost,
+            cancel_run_only=False,
+            max_runtime=None if new.max_runtime is None else float(new.max_runtime),
+        )
+
+    def next_due_at(self, names: Sequence[str]) -> datetime | None:
+        wanted = set(names)
+        with self._lock:
+            due = [t.next_run_at for t in self._tasks.values() if t.status is Status.PENDING and t.name in wanted]
+        return min(due, default=None)
+
+    def backfill(self, task_id: int, start: datetime, end: datetime, runs: Sequence[NewTask]) -> list[Task]:
+        payloads = [(dumps(new.args), dumps(new.kwargs)) for new in runs]
+        with self._lock:
+            taken = self._taken_slots(task_id, start, end)
+            fresh = [
+                (new, payload) for new, payload in zip(runs, payloads, strict=True) if new.scheduled_at not in taken
+            ]
+            if not fresh:
+                return []
+            return self._insert([new for new, _ in fresh], [payload for _, payload in fresh], self._now())
+
+    def _taken_slots(self, task_id: int, start: datetime, end: datetime) -> set[datetime]:
+        """Slots in [start, end] completed by the task or its backfill runs, or waiting in
+        a live backfill run."""
+        children = [t for t in self._tasks.values() if t.parent_id == task_id]
+        taken = {
+            e.scheduled_for
+            for owner in [task_id, *(t.id for t in children)]
+            for e in self._executions_of(owner)
+            if e.status is ExecutionStatus.COMPLETED and start <= e.scheduled_for <= end
+        }
+        taken.update(t.scheduled_at for t in children if t.status in LIVE and start <= t.scheduled_at <= end)
+        return taken
+
+    # -- claims and leases ------------------------------------------------------------
+
+    def claim(
+        self, node: str, names: Sequence[str], limit: int, lease: float, exclude: Sequence[int] = ()
+    ) -> list[Claim]:
+        if limit <= 0 or not names:
+            return []
+        wanted, excluded = set(names), set(exclude)
+        with self._lock:
+            now = self._now()
+            due = heapq.nsmallest(
+                limit,
+                (
+                    t
+                    for t in self._tasks.values()
+                    if t.status is Status.PENDING and t.next_run_at <= now and t.name in wanted and t.id not in excluded
+                ),
+                key=_claim_order,
+            )
+            return [self._claim_task(t, node, now, now + timedelta(seconds=lease)) for t in due]
+
+    def _claim_task(self, task: Task, node: str, now: datetime, until: datetime) -> Claim:
+        """The claim's write: version bumped (the new fence), attempt counted, and the
+        RUNNING execution row logged for the slot the run stands for."""
+        task = dataclasses.replace(
+            task,
+            status=Status.RUNNING,
+            version=task.version + 1,
+            lease_owner=node,
+            lease_expires_at=until,
+            attempt=task.attempt + 1,
+            updated_at=now,
+        )
+        self._tasks[task.id] = task
+        # A triggered recurring run is an extra one at its trigger time, not the nominal slot.
+        slot = task.next_run_at if task.triggered else task.scheduled_at
+        run = self._log(task.id, task.attempt, slot, now, ExecutionStatus.RUNNING, node=node, fence=task.version)
+        return Claim(self._out(task), run.id, run.scheduled_for)
+
+    def _log(
+        self,
+        task_id: int,
+        attempt: int,
+        scheduled_for: datetime,
+        started_at: datetime,
+        status: ExecutionStatus,
+        *,
+        finished_at: datetime | None = None,
+        node: str | None = None,
+        fence: int | None = None,
+        note: str | None = None,
+        skipped: int | None = None,
+        skipped_last: datetime | None = None,
+    ) -> Execution:
+        """Append an execution row (a claim's RUNNING one, or a resume's SKIPPED record)."""
+        self._last_execution_id += 1
+        row = Execution(
+            self._last_execution_id, task_id, attempt, scheduled_for, started_at, finished_at, status, node, fence,
+            error=None, result=None, note=note, skipped=skipped, skipped_last=skipped_last,
+        )  # fmt: skip
+        self._executions[row.id] = row
+        self._runs_of.setdefault(task_id, []).append(row.id)
+        return row
+
+    def _held(self, task_id: int, fence: int, node: str) -> Task | None:
+        """The task, if ``node`` still runs it under ``fence``: the guard of every write
+        about a claimed run."""
+        task = self._tasks.get(task_id)
+        if task is None or task.status is not Status.RUNNING or task.version != fence or task.lease_owner != node:
+            return None
+        return task
+
+    def renew(self, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
+        if not runs:
+            return []
+        renewed: list[Renewal] = []
+        with self._lock:
+            until = self._now() + timedelta(seconds=lease)
+            for task_id, fence in sorted(set(runs)):  # one row is updated once, however often named
+                task = self._held(task_id, fence, node)
+                if task is not None:
+                    self._tasks[task_id] = dataclasses.replace(task, lease_expires_at=until)
+                    renewed.append(Renewal(task_id, fence, task.cancel_requested, task.cancel_run_only))
+        return renewed
+
+    def finish(self, node: str, outcomes: Sequence[Outcome]) -> list[bool]:
+        return self._settle(node, outcomes, reaping=False, expired_only=False)
+
+    def reap(self, lease_owner: str, outcomes: Sequence[Outcome], *, expired_only: bool = True) -> list[bool]:
+        return self._settle(lease_owner, outcomes, reaping=True, expired_only=expired_only)
+
+    def _settle(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool, expired_only: bool) -> list[bool]:
+        if not outcomes:
+            return []
+        applied = [False] * len(outcomes)
+        with self._lock:
+            now = self._now()
+            for i in sorted(range(len(outcomes)), key=lambda i: outcomes[i].task_id):
+                applied[i] = self._settle_one(node, outcomes[i], now, expired_only)
+            if reaping and any(applied):
+                self._notify("due")  # recovered runs are due again
+        return applied
+
+    def _settle_one(self, node: str, o: Outcome, now: datetime, expired_only: bool) -> bool:
+        task = self._held(o.task_id, o.fence, node)
+        if task is None:
+            return False
+        if expired_only and not (task.lease_expires_at is not None and task.lease_expires_at < now):
+            return False  # the owner renewed first: its run is not lost
+        # Cancel wins over the outcome's decision (made from a snapshot that may predate
+        # the request), except over a completed one-time run; a run-only cancel is spent.
+        cancels = task.cancel_requested and not task.cancel_run_only and o.task_status is not Status.COMPLETED
+        decision = clean_text(o.decision) if o.decision else None
+        self._tasks[task.id] = dataclasses.replace(
+            task,
+            status=Status.CANCELLED if cancels else o.task_status,
+            cancel_requested=cancels,
+            cancel_run_only=False,
+            scheduled_at=_utc(o.scheduled_at),
+            next_run_at=_utc(o.next_run_at),
+            attempt=o.attempt,
+            triggered=o.triggered,
+            run_count=task.run_count + (0 if o.status is ExecutionStatus.SKIPPED else 1),
+            last_status=o.status,
+            last_decision=decision if decision is not None else task.last_decision,
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+        )
+        run = self._executions.get(o.execution_id)
+        if run is not None and run.status is ExecutionStatus.RUNNING:
+            self._executions[run.id] = self._ended(run, o)
+        return True
+
+    @staticmethod
+    def _ended(run: Execution, o: Outcome) -> Execution:
+        """The execution row as ended by ``o``: texts any store can keep, and a result that
+        cannot be stored dropped with a note rather than failing the write."""
+        result, note = o.result, o.note
+        if result is not None and (problem := json_problem(result)) is not None:
+            result, note = None, f"{note}; result not stored: {problem}" if note else f"result not stored: {problem}"
+        error = None
+        if o.error is not None:
+            error = ErrorInfo(clean_text(o.error.type), clean_text(o.error.message), clean_text(o.error.traceback))
+        return dataclasses.replace(
+            run,
+            status=o.status,
+            started_at=run.started_at if o.started_at is None else _utc(o.started_at),
+            finished_at=_utc(o.finished_at),
+            error=error,
+            result=None if result is None else json.loads(dumps(result)),
+            note=clean_text(note) if note else None,
+            skipped=o.skipped,
+            skipped_last=_utc_or_none(o.skipped_last),
+        )
+
+    def release(self, node: str, claims: Sequence[Claim], *, notify: bool = True) -> int:
+        if not claims:
+            return 0
+        released = 0
+        with self._lock:
+            now = self._now()
+            for c in sorted(claims, key=lambda c: c.task.id):
+                task = self._held(c.task.id, c.fence, node)
+                if task is None:
+                    continue
+                cancels = task.cancel_requested and not task.cancel_run_only
+                self._tasks[task.id] = dataclasses.replace(
+                    task,
+                    status=Status.CANCELLED if cancels else Status.PENDING,
+                    cancel_requested=cancels,
+                    cancel_run_only=False,
+                    attempt=task.attempt - 1,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    updated_at=now,
+                )
+                self._forget_run(c.execution_id)
+                released += 1
+            if released and notify:
+                self._notify("due")
+        return released
+
+    def _forget_run(self, execution_id: int) -> None:
+        run = self._executions.get(execution_id)
+        if run is not None and run.status is ExecutionStatus.RUNNING:
+            del self._executions[execution_id]
+            self._runs_of[run.task_id].remove(execution_id)
+
+    def claimed_since(self, node: str, since: datetime) -> list[Claim]:
+        with self._lock:
+            found = [
+                (task, run)
+                for task, run in self._running()
+                if task.lease_owner == node and run.started_at is not None and run.started_at >= since
+            ]
+            return [self._claim_of(task, run) for task, run in sorted(found, key=lambda pair: pair[0].id)]
+
+    def expired(self, limit: int, exclude: Sequence[int] = ()) -> list[Claim]:
+        excluded = set(exclude)
+        with self._lock:
+            now = self._now()
+            found = [
+                (task, run)
+                for task, run in self._running()
+                if task.lease_expires_at is not None and task.lease_expires_at < now and task.id not in excluded
+            ]
+            found.sort(key=lambda pair: (pair[0].lease_expires_at, pair[0].id))
+            return [self._claim_of(task, run) for task, run in found[: max(limit, 0)]]
+
+    def overrun(self, limit: int, grace: float) -> list[Claim]:
+        with self._lock:
+            now = self._now()
+            found = [
+                (task, run)
+                for task, run in self._running()
+                if task.max_runtime is not None
+                and run.started_at is not None
+                and run.started_at + timedelta(seconds=task.max_runtime + grace) < now
+            ]
+            found.sort(key=lambda pair: (pair[1].started_at, pair[0].id))
+            return [self._claim_of(task, run) for task, run in found[: max(limit, 0)]]
+
+    def _running(self) -> Iterator[tuple[Task, Execution]]:
+        """RUNNING tasks with the RUNNING execution of their current fence (the join the
+        SQL store's run queries make: a task without one is not reported)."""
+        for task in self._tasks.values():
+            if task.status is not Status.RUNNING:
+                continue
+            for run in self._executions_of(task.id, newest_first=True):
+                if run.status is ExecutionStatus.RUNNING and run.fence == task.version:
+                    yield task, run
+                    break
+
+    def _claim_of(self, task: Task, run: Execution) -> Claim:
+        return Claim(self._out(task), run.id, run.scheduled_for)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def get_task(self, task_id: int) -> Task | None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return None if task is None else self._out(task)
+
+    def list_tasks(
+        self, *, status: Status | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Task]:
+        with self._lock:
+            return [self._out(t) for t in self._page(status, name, limit, offset)]
+
+    def task_headers(
+        self, *, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[TaskHeader]:
+        with self._lock:
+            return [TaskHeader(t.id, t.name, t.status.value) for t in self._page(status, name, limit, offset)]
+
+    def task_header(self, task_id: int) -> TaskHeader | None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return None if task is None else TaskHeader(task.id, task.name, task.status.value)
+
+    def _page(self, status: str | None, name: str | None, limit: int, offset: int) -> list[Task]:
+        """Tasks in id order (the dict's order: ids only grow), filtered, one page."""
+        matching = [
+            t
+            for t in self._tasks.values()
+            if (status is None or t.status == status) and (name is None or t.name == name)
+        ]
+        start = max(offset, 0)
+        return matching[start : start + max(limit, 0)]
+
+    def list_executions(
+        self, *, task_id: int | None = None, status: ExecutionStatus | None = None, limit: int = 100
+    ) -> list[Execution]:
+        with self._lock:
+            rows = self._executions_of(task_id, newest_first=True) if task_id is not None else self._newest_first()
+            chosen = [e for e in rows if status is None or e.status is status]
+            return [self._out_execution(e) for e in chosen[: max(limit, 0)]]
+
+    def _executions_of(self, task_id: int, *, newest_first: bool = False) -> list[Execution]:
+        ids = self._runs_of.get(task_id, [])
+        return [self._executions[i] for i in (reversed(ids) if newest_first else ids)]
+
+    def _newest_first(self) -> Iterator[Execution]:
+        return (self._executions[i] for i in reversed(self._executions))
+
+    def revoke_session(self, session_id: str, expires_at: datetime) -> None:
+        with self._lock:
+            self._revoked.setdefault(_session_key(session_id), _utc(expires_at))  # a repeat keeps the first
+            now = self._now()
+            for key in [k for k, until in self._revoked.items() if until < now]:
+                del self._revoked[key]
+
+    def session_revoked(self, session_id: str) -> bool:
+        with self._lock:
+            return _session_key(session_id) in self._revoked
+
+    # -- managing tasks ---------------------------------------------------------------
+
+    def cancel(self, task_id: int, *, run_only: bool = False) -> Task | None:
+        if run_only:
+            return self._change(task_id, _cancels_the_run, _cancel_run, notify="cancel")
+        return self._change(task_id, lambda t: t.status in LIVE, _cancel_task, notify="cancel")
+
+    def pause(self, task_id: int) -> Task | None:
+        return self._change(task_id, lambda t: t.status is Status.PENDING, _pause)
+
+    def resume(self, task_id: int, skipping: Skipping | None = None) -> Task | None:
+        if skipping is None:
+            return self._change(task_id, lambda t: t.status is Status.PAUSED, _resume, notify="due")
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return None
+            if task.status is not Status.PAUSED or task.version != skipping.version:
+                return self._out(task)  # changed since the skipped slots were computed
+            now = self._now()
+            task = dataclasses.replace(
+                task,
+                status=Status.PENDING,
+                version=task.version + 1,
+                scheduled_at=_utc(skipping.next_slot),
+                next_run_at=_utc(skipping.next_run_at),
+                last_decision=skipping.decision,
+                updated_at=now,
+            )
+            self._tasks[task_id] = task
+            self._log(
+                task_id, 0, _utc(skipping.first), now, ExecutionStatus.SKIPPED,
+                finished_at=now, note=skipping.decision, skipped=skipping.count, skipped_last=_utc(skipping.last),
+            )  # fmt: skip
+            self._notify("due")
+            return self._out(task)
+
+    def trigger(self, task_id: int) -> Task | None:
+        return self._change(task_id, lambda t: t.status is Status.PENDING, _trigger, notify="due")
+
+    def _change(
+        self,
+        task_id: int,
+        applies: Callable[[Task], bool],
+        change: Callable[[Task, datetime], Task],
+        notify: str | None = None,
+    ) -> Task | None:
+        """A guarded state change: the task as changed, or as it is when the guard fails."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return None
+            if applies(task):
+                task = self._tasks[task_id] = change(task, self._now())
+                if notify is not None:
+                    self._notify(notify)
+            return self._out(task)
+
+    # -- nodes ------------------------------------------------------------------------
+
+    def register_node(self, node: Node) -> None:
+        with self._lock:
+            # The heartbeat is the store's clock, whatever the row says.
+            self._nodes[node.id] = dataclasses.replace(node, started_at=_utc(node.started_at), heartbeat_at=self._now())
+
+    def node_heartbeat(self, node_id: str, running: int) -> None:
+        with self._lock:
+            node = self._nodes.get(node_id)
+            if node is not None:
+                self._nodes[node_id] = dataclasses.replace(node, heartbeat_at=self._now(), running=running)
+
+    def remove_node(self, node_id: str) -> None:
+        with self._lock:
+            self._nodes.pop(node_id, None)
+
+    def prune_nodes(self, silent_for: float) -> int:
+        with self._lock:
+            cutoff = self._now() - timedelta(seconds=silent_for)
+            silent = [n.id for n in self._nodes.values() if n.heartbeat_at < cutoff]
+            for node_id in silent:
+                del self._nodes[node_id]
+            return len(silent)
+
+    def list_nodes(self) -> list[Node]:
+        with self._lock:
+            return sorted(self._nodes.values(), key=lambda n: n.started_at)
+
+    # -- the queue's numbers -------------------------------------------------------------
+
+    def _due(self, by: datetime) -> int:
+        return sum(1 for t in self._tasks.values() if t.status is Status.PENDING and t.next_run_at <= by)
+
+    def due_count(self, limit: int) -> int:
+        with self._lock:
+            return min(self._due(self._now()), max(limit, 0))
+
+    def queue_depth(self) -> tuple[int, datetime | None]:
+        with self._lock:
+            now = self._now()
+            due = [t.next_run_at for t in self._tasks.values() if t.status is Status.PENDING and t.next_run_at <= now]
+        return len(due), min(due, default=None)
+
+    def stats(self) -> Stats:
+        now = self._now()
+        depth, oldest = self.queue_depth()
+        minute_ago, hour_ago = now - timedelta(minutes=1), now - timedelta(hours=1)
+        with self._lock:
+            by_status = dict(Counter(t.status.value for t in self._tasks.values()))
+            window = itertools.islice(self._newest_first(), RECENT_RUNS_WINDOW)
+            ended = [(e.status.value, e.finished_at) for e in window if e.finished_at is not None]
+            nodes = len(self._nodes)
+        return Stats(
+            depth=depth,
+            oldest_age=None if oldest is None else max(0.0, (now - oldest).total_seconds()),
+            running=by_status.get(Status.RUNNING.value, 0),
+            nodes=nodes,
+            by_status=by_status,
+            runs_last_minute=dict(Counter(status for status, at in ended if at >= minute_ago)),
+            runs_last_hour=dict(Counter(status for status, at in ended if at >= hour_ago)),
+            # As the SQL store counts it: full when the window held that many ended runs.
+            window_full=len(ended) >= RECENT_RUNS_WINDOW,
+        )
+
+    # -- handing rows out ----------------------------------------------------------------
+
+    @staticmethod
+    def _out(task: Task) -> Task:
+        return dataclasses.replace(task, args=_thaw(task.args), kwargs=_thaw(task.kwargs))
+
+    @staticmethod
+    def _out_execution(run: Execution) -> Execution:
+        return run if run.result is None else dataclasses.replace(run, result=_thaw(run.result))
+
+
+# -- the guarded changes of cancel / pause / resume / trigger, one row each ------------
+
+
+def _cancels_the_run(task: Task) -> bool:
+    """A run-only cancel applies to a running recurring task not already being cancelled whole."""
+    return (
+        task.status is Status.RUNNING
+        and task.kind is Kind.RECURRING
+        and not (task.cancel_requested and not task.cancel_run_only)
+    )
+
+
+def _cancel_run(task: Task, now: datetime) -> Task:
+    return dataclasses.replace(task, cancel_requested=True, cancel_run_only=True, updated_at=now)
+
+
+def _cancel_task(task: Task, now: datetime) -> Task:
+    """A waiting task ends now (a new version: no old snapshot may write it); a running
+    one keeps its fence valid and is only flagged, to end when its run does."""
+    running = task.status is Status.RUNNING
+    return dataclasses.replace(
+        task,
+        cancel_requested=True,
+        cancel_run_only=False,
+        status=Status.RUNNING if running else Status.CANCELLED,
+        version=task.version if running else task.version + 1,
+        updated_at=now,
+    )
+
+
+def _pause(task: Task, now: datetime) -> Task:
+    return dataclasses.replace(task, status=Status.PAUSED, version=task.version + 1, updated_at=now)
+
+
+def _resume(task: Task, now: datetime) -> Task:
+    return dataclasses.replace(task, status=Status.PENDING, version=task.version + 1, updated_at=now)
+
+
+def _trigger(task: Task, now: datetime) -> Task:
+    """Due now; a one-time task's slot moves with it, a recurring task's extra run leaves
+    its nominal slot to come."""
+    one_time = task.kind is Kind.ONE_TIME
+    return dataclasses.replace(
+        task,
+        next_run_at=now,
+        scheduled_at=now if one_time else task.scheduled_at,
+        triggered=not one_time,
+        version=task.version + 1,
+        updated_at=now,
+    )
+
+
+def _session_key(session_id: str) -> str:
+    """Only a digest is kept, as in the SQL stores: nothing a cookie could be made from."""
+    return hashlib.sha256(session_id.encode()).hexdigest()
