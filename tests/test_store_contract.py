@@ -1,7 +1,10 @@
 """The store contract (tickwork/store/base.py): every store must pass this suite.
 
 Only the ``store`` / ``store_url`` fixtures are used, so the same tests run against every
-store kind the fixtures are parametrised over. Time is the store's clock
+store kind the fixtures are parametrised over: the real stores, and the in-memory fake
+(tests/fake_store.py) the node's unit tests use, so that it cannot drift from them. A
+test that needs a URL (more store objects, other processes) does not apply to the fake
+and says so with ``real_stores_only``. Time is the store's clock
 (``store.now()``): due tasks are due 10 s in the past, not-due ones 1 h in the future,
 and lease expiry is awaited by polling ``store.expired`` with a deadline.
 """
@@ -14,13 +17,15 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import FAKE, STORE_KINDS, url_of, wait_for
+from tests.fake_store import FakeStore
 from tickwork.model import ErrorInfo, Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Status, Task
 from tickwork.node.reconciler import reconcile
 from tickwork.schedules import outcome_of
@@ -30,6 +35,38 @@ NAME = "contract.job"
 OTHER = "contract.other"
 LEASE = 30.0
 TINY_LEASE = 0.05
+
+
+# -- the stores under contract --------------------------------------------------------------
+# These override conftest's ``store_url`` / ``store`` for this module only: one parameter
+# picks the kind, so a test asking for both gets one store and its URL, never a mix.
+
+
+@pytest.fixture(params=[*STORE_KINDS, FAKE])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(store_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if store_kind == FAKE:
+        raise AssertionError("the fake store has no URL: mark the test real_stores_only")
+    return url_of(store_kind, request, tmp_path)
+
+
+@pytest.fixture
+def store(store_kind: str, request: pytest.FixtureRequest) -> Iterator[Store]:
+    s: Store = FakeStore() if store_kind == FAKE else open_store(request.getfixturevalue("store_url"))
+    s.migrate()
+    yield s
+    s.close()
+
+
+def real_stores_only(reason: str) -> pytest.MarkDecorator:
+    """For a test that cannot apply to the in-memory fake: it still runs on every real
+    store, and is reported skipped for the fake with ``reason``."""
+    fake = pytest.param(FAKE, marks=pytest.mark.skip(reason=f"in-memory fake store: {reason}"))
+    return pytest.mark.parametrize("store_kind", [*STORE_KINDS, fake], indirect=True)
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -125,6 +162,7 @@ def test_migrate_is_idempotent(store: Store) -> None:
     assert get(store, task.id) == task
 
 
+@real_stores_only("there is no URL to open more store objects on the same data by")
 def test_concurrent_migrate_from_many_store_objects(store_url: str) -> None:
     n = 4
     stores = [open_store(store_url) for _ in range(n)]
@@ -496,6 +534,7 @@ def _assert_claimed_exactly_once(store: Store, task_ids: list[int], claimed: lis
     assert per_task == Counter(task_ids)
 
 
+@real_stores_only("there is no URL to open a store object per thread by")
 def test_claim_race_threads_each_task_claimed_once(store: Store, store_url: str) -> None:
     tasks = store.insert_tasks([one_time(store) for _ in range(RACE_TASKS)])
     n = 8
@@ -548,6 +587,7 @@ def _claim_in_process(url: str, node: str, barrier: Any, results: Any) -> None:
         results.put((node, [], repr(exc)))
 
 
+@real_stores_only("its data lives in this process: other processes cannot open it")
 @pytest.mark.timeout(90)
 def test_claim_race_processes_each_task_claimed_once(store: Store, store_url: str) -> None:
     tasks = store.insert_tasks([one_time(store) for _ in range(RACE_TASKS)])
