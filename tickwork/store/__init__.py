@@ -8,10 +8,11 @@ from datetime import datetime
 from tickwork.clock import utcnow
 from tickwork.errors import StoreError
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping, Store
+from tickwork.store.rows import UndecodableRow
 from tickwork.store.sql import SQLStore
 from tickwork.urls import masked
 
-__all__ = ["Claim", "NewTask", "Outcome", "Renewal", "Skipping", "Store", "open_store"]
+__all__ = ["Claim", "NewTask", "Outcome", "Renewal", "Skipping", "Store", "UndecodableRow", "open_store"]
 
 
 def open_store(url: str, *, clock: Callable[[], datetime] = utcnow, claim: str | None = None) -> Store:

@@ -9,7 +9,6 @@ or one statement over arrays).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import threading
@@ -31,6 +30,7 @@ from tickwork.errors import StoreError
 from tickwork.store import queries
 from tickwork.store.dialect import HotPath, Row, iter_statements
 from tickwork.store.hot import SetBased
+from tickwork.store.pg_loading import loads_json, rows_past_infinity
 from tickwork.urls import masked, scrubbed
 
 log = logging.getLogger("tickwork.store.postgres")
@@ -84,22 +84,6 @@ def _already_encoded(text: Any) -> str:
     return str(text)
 
 
-_DECODER = json.JSONDecoder()
-
-
-def _loads_json(data: bytes | bytearray | memoryview | str) -> Any:
-    """jsonb values arrive as UTF-8 bytes: decode them directly (json.loads would first
-    sniff their encoding), with the empty containers most tasks take as a shortcut."""
-    if isinstance(data, str):
-        return _DECODER.decode(data)
-    raw = bytes(data)
-    if raw == b"[]":
-        return []
-    if raw == b"{}":
-        return {}
-    return _DECODER.decode(raw.decode())
-
-
 SESSION_SETTINGS = {
     "statement_timeout": str(STATEMENT_TIMEOUT_MS),
     # A lock held for longer than this fails the waiting statement, which its caller
@@ -135,7 +119,10 @@ class _Session:
 
     def fetch_all(self, query: str, params: Mapping[str, Any]) -> list[Row]:
         self._cur.execute(self._texts[query], params)
-        rows: list[Row] = list(self._cur.fetchall())
+        try:
+            rows: list[Row] = list(self._cur.fetchall())
+        except psycopg.DataError:  # a value no Python type holds: each row decoded alone
+            rows = rows_past_infinity(self._cur)
         return rows
 
     def fetch_one(self, query: str, params: Mapping[str, Any]) -> Row | None:
@@ -204,7 +191,7 @@ class PostgresDialect:
 
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
-        set_json_loads(_loads_json, conn)
+        set_json_loads(loads_json, conn)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Session]:
@@ -306,6 +293,8 @@ class PostgresDialect:
         moment: datetime | None = value
         if moment is None or moment.tzinfo is UTC:  # sessions run in UTC: the usual case
             return moment
+        if not isinstance(moment, datetime):  # an Unbounded: PostgreSQL's +/-infinity
+            raise ValueError("an infinite time, which no datetime can hold")
         return moment.astimezone(UTC)
 
     def encode_json(self, value: Any) -> Jsonb:

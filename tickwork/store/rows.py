@@ -42,6 +42,8 @@ _ON_LOST = {m.value: m for m in OnLost}
 
 SHOWN = 40
 """Characters of an undecodable value an error shows, at most."""
+REASON = 160
+"""Characters of the decoder's own words an error shows, at most."""
 TASK_DATA = frozenset({"args", "kwargs", "result", "error_message", "error_traceback", "note"})
 """Columns that hold what tasks were given or gave back: never quoted in an error."""
 
@@ -223,10 +225,12 @@ def _reason(exc: Exception, column: str | None) -> str:
     """What went wrong, in words that never quote task data."""
     if column in TASK_DATA:
         if isinstance(exc, json.JSONDecodeError):
-            return f"not JSON ({exc.msg} at character {exc.pos})"
+            return f"JSONDecodeError: {exc.msg} at character {exc.pos}"  # says where, not what
         return type(exc).__name__
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {_clip(text)}" if text else type(exc).__name__
+    text = _clip(" ".join(str(exc).split()), REASON)
+    if not text:
+        return type(exc).__name__
+    return text if type(exc) is ValueError else f"{type(exc).__name__}: {text}"
 
 
 def _shown(column: str, value: Any) -> str:
@@ -237,8 +241,8 @@ def _shown(column: str, value: Any) -> str:
     return _clip(repr(value) if isinstance(value, str | bytes) else str(value))
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+def _clip(text: str, limit: int = SHOWN) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _member(members: dict[str, E], value: str) -> E:

@@ -15,7 +15,7 @@ import dataclasses
 from tickwork.app import App
 from tickwork.errors import InvalidState, TaskNotFound, TickworkError
 from tickwork.model import Status, Task, TaskHeader
-from tickwork.store import Store
+from tickwork.store import Store, UndecodableRow
 
 CHUNK = 25
 """Rows re-read at once while looking for the undecodable ones of a page."""
@@ -49,10 +49,8 @@ def task(app: App, task_id: int) -> Task | Undecodable:
     store = app.store
     try:
         return app.get(task_id)
-    except TickworkError:
-        raise
     except Exception as exc:
-        if store.is_transient(exc):
+        if _passes(store, exc):
             raise
         header = store.task_header(task_id)
         if header is None:
@@ -74,10 +72,8 @@ def tasks(app: App, *, status: Status | None, name: str | None, limit: int, offs
     store = app.store
     try:
         return list(app.tasks(status=status, name=name, limit=limit, offset=offset))
-    except TickworkError:
-        raise
     except Exception as exc:
-        if store.is_transient(exc):
+        if _passes(store, exc):
             raise
     headers = store.task_headers(status=status.value if status else None, name=name, limit=limit, offset=offset)
     found: list[Task | Undecodable] = []
@@ -85,6 +81,14 @@ def tasks(app: App, *, status: Status | None, name: str | None, limit: int, offs
         chunk = headers[start : start + CHUNK]
         found += _chunk(store, chunk, status, name, offset + start)
     return found
+
+
+def _passes(store: Store, exc: Exception) -> bool:
+    """Whether ``exc`` is about something other than a row that cannot be decoded:
+    tickwork's own refusals (no such task, invalid input) and a database that is away."""
+    if isinstance(exc, UndecodableRow):
+        return False
+    return isinstance(exc, TickworkError) or store.is_transient(exc)
 
 
 def _chunk(
