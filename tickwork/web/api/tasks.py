@@ -1,0 +1,75 @@
+"""``/api/v1/tasks``: listing tasks, scheduling one, and reading one."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from tickwork.app import App
+from tickwork.model import Status
+from tickwork.web import reading
+from tickwork.web.api.params import Limit, TaskId
+from tickwork.web.api.shapes import any_task, task_out
+from tickwork.web.database import Database
+from tickwork.web.errors import responses
+from tickwork.web.listing import find_tasks
+from tickwork.web.schemas import MAX_ID, AnyTaskOut, ScheduleIn, TaskOut, TaskPage, Text
+
+
+def router(app: App, db: Database, read: Any, write: Any) -> APIRouter:
+    guard = db.guard
+    r = APIRouter()
+
+    @r.get(
+        "/tasks",
+        response_model=TaskPage,
+        dependencies=[read],
+        responses=responses(401, 422, 503),
+        summary="List tasks by status, name and a text search over names",
+    )
+    @guard
+    def list_tasks(
+        status: Status | None = None,
+        name: Annotated[Text | None, Query(max_length=300, description="Exact task name.")] = None,
+        q: Annotated[
+            Text | None,
+            Query(max_length=300, description="Case-insensitive substring of the name (scans at most 5000 tasks)."),
+        ] = None,
+        limit: Limit = 100,
+        offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+    ) -> TaskPage:
+        page = find_tasks(app, status=status, name=name, q=q, limit=limit, offset=offset)
+        return TaskPage(
+            items=[any_task(t) for t in page.items],
+            limit=page.limit,
+            offset=page.offset,
+            next_offset=page.next_offset,
+            scanned=page.scanned,
+        )
+
+    @r.post(
+        "/tasks",
+        response_model=TaskOut,
+        status_code=201,
+        dependencies=[write],
+        responses=responses(401, 413, 422, 429, 503),
+        summary="Schedule a registered task (with a key: the live task holding that key)",
+    )
+    @guard
+    def schedule(body: ScheduleIn) -> TaskOut:
+        fields = body.model_dump(exclude_none=True, exclude={"name"})
+        return task_out(app.schedule(body.name, **fields))
+
+    @r.get(
+        "/tasks/{task_id}",
+        response_model=AnyTaskOut,
+        dependencies=[read],
+        responses=responses(401, 404, 422, 503),
+        summary="One task (or, for a row that cannot be decoded, what can be read of it and why)",
+    )
+    @guard
+    def get_task(task_id: TaskId) -> AnyTaskOut:
+        return any_task(reading.task(app, task_id))
+
+    return r
