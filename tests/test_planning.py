@@ -144,9 +144,10 @@ def test_items_are_checked_each_and_named_by_their_index() -> None:
         assert refused.value.field == field
     with pytest.raises(UnknownTask):
         check_items(registry, [{"task": "nope"}], max_payload=1024, misfire_grace=1)
-    with pytest.raises(InvalidInput, match="unexpected keyword argument 'colour'") as unknown:
+    with pytest.raises(InvalidInput, match="unknown field") as unknown:
         check_items(registry, [{"task": "job", "colour": "red"}], max_payload=1024, misfire_grace=1)
-    assert unknown.value.field == "items[0]" and unknown.value.value == ["colour"]
+    assert unknown.value.field == "items[0].colour" and unknown.value.value == "red"
+    assert "ScheduleArgs" not in str(unknown.value)  # no internal name reaches the user
 
 
 def test_every_option_has_one_rule_shared_by_registration_and_schedule() -> None:

@@ -42,7 +42,7 @@ class ScheduleArgs:
     """``schedule()``'s keyword arguments as the caller gave them, not yet checked.
 
     One value for ``schedule()`` and for each item of ``schedule_many()``, so both go
-    through the same checks (an unknown item key fails here, as a TypeError)."""
+    through the same checks (``check_items`` refuses an unknown item key by name)."""
 
     args: Iterable[Any] | None = None
     kwargs: Mapping[str, Any] | None = None
@@ -61,6 +61,9 @@ class ScheduleArgs:
     priority: int | None = None
     max_catchup: int | None = None
     overlap: Overlap | str | None = None
+
+
+SCHEDULE_FIELDS = tuple(f.name for f in dataclasses.fields(ScheduleArgs))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,14 +138,19 @@ def check_items(
         if "task" not in fields:
             raise InvalidInput(f"items[{index}].task", None, "missing")
         task = fields.pop("task")
+        unknown = sorted(str(k) for k in fields if k not in SCHEDULE_FIELDS)
+        if unknown:
+            raise InvalidInput(
+                f"items[{index}].{unknown[0]}",
+                fields[unknown[0]],
+                f"unknown field (known: task, {', '.join(SCHEDULE_FIELDS)})",
+            )
         try:
             given = ScheduleArgs(**fields)
             definition = registry.resolve(task)
             requests.append(check(definition, given, max_payload=max_payload, misfire_grace=misfire_grace))
         except InvalidInput as exc:
             raise type(exc)(f"items[{index}].{exc.field}", exc.value, exc.reason) from exc
-        except TypeError as exc:
-            raise InvalidInput(f"items[{index}]", sorted(fields), str(exc)) from exc
     return requests
 
 
