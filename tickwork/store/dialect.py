@@ -3,7 +3,7 @@ it supplies.
 
 The dialect owns connections, transactions, value encoding and the query texts. Its
 hot path is how it runs the operations a node calls thousands of times a second (the
-compare-and-set of a claim, lease renewals, settling ended runs): PostgreSQL as one
+compare-and-set of a claim, lease renewals, writing ended runs' outcomes): PostgreSQL as one
 set-based statement each, SQLite as one statement per row inside a write transaction
 (``tickwork.store.hot``). Everything else is written once, in ``tickwork.store.sql``.
 """
@@ -36,13 +36,13 @@ class Session(Protocol):
 
 
 class HotPath(Protocol):
-    """How a dialect writes claims, renewals and settled runs (db-scheduler's
+    """How a dialect writes claims, renewals and outcomes (db-scheduler's
     "customization" objects are the model). Every write is fenced by id, version and
     lease owner; callers pass runs and outcomes in task id order (every transaction
     locks task rows in id order, so two nodes never wait on each other in a cycle)."""
 
     def session(self) -> contextlib.AbstractContextManager[Session]:
-        """Where a claim, a renewal or a settle runs: a self-committing statement, or
+        """Where a claim, a renewal or a write of outcomes runs: a self-committing statement, or
         a write transaction that makes read-then-write safe."""
         ...
 
@@ -56,7 +56,7 @@ class HotPath(Protocol):
         """Extend the leases of the ``(task_id, fence)`` runs ``node`` still holds."""
         ...
 
-    def settle(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
+    def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
         """Write each outcome's task state and execution row; per outcome, whether its
         fence held (with ``expired_only``, also whether the lease was still expired)."""
         ...

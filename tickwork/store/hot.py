@@ -1,5 +1,5 @@
 """The two ways a dialect runs the hot path (``dialect.HotPath``): claims'
-compare-and-set, lease renewals and settling ended runs.
+compare-and-set, lease renewals and the outcomes of ended runs.
 
 ``SetBased`` (PostgreSQL) writes a whole batch in one statement that commits itself:
 one parse, one plan, one round trip, whatever the batch's size. ``RowByRow`` (SQLite)
@@ -45,7 +45,7 @@ class SetBased:
             for r in s.fetch_all("renew_batch", params)
         ]
 
-    def settle(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
+    def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
         batch = self._d.encode_json([encoding.outcome_object(o) for o in outcomes])
         params = {"node": node, "expired_only": expired_only, "batch": batch}
         settled = {int(r["id"]) for r in s.fetch_all("settle_batch", params)}
@@ -98,7 +98,7 @@ class RowByRow:
             if rows
         ]
 
-    def settle(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
+    def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
         d = self._d
         common = {"now": d.encode_time(d.approximate_now()), "node": node, "expired_only": expired_only}
         applied: list[bool] = []

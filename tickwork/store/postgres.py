@@ -155,7 +155,7 @@ class PostgresDialect:
             raise StoreError(f"url={masked(url)!r}: not a valid PostgreSQL URL: {scrubbed(str(exc), url)}") from None
         self.connect_kwargs = {**CONNECT_KWARGS, "options": options}
         self.texts = {name: translate(sql) for name, sql in queries.load("queries.sql", "postgres.sql").items()}
-        # Claims, renewals and settles as one set-based statement each, committing itself.
+        # Claims, renewals and outcomes as one set-based statement each, committing itself.
         self.hot_path: HotPath = SetBased(self)
         self._offset = timedelta(0)
         self._offset_at = -CLOCK_REFRESH_S

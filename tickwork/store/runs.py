@@ -1,6 +1,6 @@
-"""The life of a claimed run in the store: claim, renew, settle (finish or reap), give
-back, and the reads that find runs to recover. A node calls these thousands of times
-a second; the dialect's ``HotPath`` decides how each write reaches the database.
+"""The life of a claimed run in the store: claim, renew, write its outcome (finish or
+reap), give back, and the reads that find runs to recover. A node calls these thousands
+of times a second; the dialect's ``HotPath`` decides how each write reaches the database.
 """
 
 from __future__ import annotations
@@ -95,9 +95,11 @@ class Runs:
         with self.hot.session() as s:
             return self.hot.renew(s, node, runs, lease)
 
-    # -- settling ---------------------------------------------------------------------
+    # -- outcomes ---------------------------------------------------------------------
 
-    def settle(self, node: str, outcomes: Sequence[Outcome], *, reaping: bool, expired_only: bool) -> list[bool]:
+    def write_outcomes(
+        self, node: str, outcomes: Sequence[Outcome], *, reaping: bool, expired_only: bool
+    ) -> list[bool]:
         """``finish`` (not ``reaping``) or ``reap``: write in task id order (every
         transaction locks task rows in id order, so two nodes never wait on each other
         in a cycle); answer in the caller's order."""
@@ -105,7 +107,7 @@ class Runs:
             return []
         order = sorted(range(len(outcomes)), key=lambda i: outcomes[i].task_id)
         with self.hot.session() as s:
-            applied_sorted = self.hot.settle(s, node, [outcomes[i] for i in order], expired_only=expired_only)
+            applied_sorted = self.hot.write_outcomes(s, node, [outcomes[i] for i in order], expired_only=expired_only)
             if reaping and any(applied_sorted):
                 notify(self.dialect, s, "due")  # recovered runs are due again
         applied = [False] * len(outcomes)

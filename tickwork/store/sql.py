@@ -2,7 +2,7 @@
 
 ``SQLStore`` is the facade of ``base.Store`` (see it for each contract): scheduling,
 reading and managing tasks, nodes and statistics here; the hot path of claims, leases
-and settling in ``runs``; rows decoded by ``rows`` and written by ``encoding``. A
+and outcomes in ``runs``; rows decoded by ``rows`` and written by ``encoding``. A
 ``Dialect`` (``dialect``) owns connections, transactions, value encoding, the query
 texts and the way its hot path writes (``hot``).
 """
@@ -34,8 +34,8 @@ class SQLStore:
         self.claim_strategy = claim or dialect.strategies[0]
         if self.claim_strategy not in dialect.strategies:
             raise InvalidInput("claim", claim, f"this store supports {', '.join(dialect.strategies)}")
-        self.rows = Decoder(dialect)
-        self.runs = Runs(dialect, self.rows, self.claim_strategy)
+        self._rows = Decoder(dialect)
+        self._runs = Runs(dialect, self._rows, self.claim_strategy)
 
     # -- schema and clock ---------------------------------------------------------
 
@@ -88,7 +88,7 @@ class SQLStore:
             row = rows[0] if rows else s.fetch_one("live_task_by_key", {"key": new.key})
             if row is None:  # the key's holder ended between the conflict and the read
                 raise RuntimeError(f"insert of key={new.key!r} conflicted but no live task holds it")
-            inserted.append(self.rows.task(row))
+            inserted.append(self._rows.task(row))
             new_due += bool(rows) and due_by is not None and new.next_run_at <= due_by
         notify(d, s, "due")
         return inserted, new_due
@@ -103,42 +103,42 @@ class SQLStore:
     def claim(
         self, node: str, names: Sequence[str], limit: int, lease: float, exclude: Sequence[int] = ()
     ) -> list[Claim]:
-        return self.runs.claim(node, names, limit, lease, exclude)
+        return self._runs.claim(node, names, limit, lease, exclude)
 
     def renew(self, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
-        return self.runs.renew(node, runs, lease)
+        return self._runs.renew(node, runs, lease)
 
     def finish(self, node: str, outcomes: Sequence[Outcome]) -> list[bool]:
-        return self.runs.settle(node, outcomes, reaping=False, expired_only=False)
+        return self._runs.write_outcomes(node, outcomes, reaping=False, expired_only=False)
 
     def reap(self, lease_owner: str, outcomes: Sequence[Outcome], *, expired_only: bool = True) -> list[bool]:
-        return self.runs.settle(lease_owner, outcomes, reaping=True, expired_only=expired_only)
+        return self._runs.write_outcomes(lease_owner, outcomes, reaping=True, expired_only=expired_only)
 
     def release(self, node: str, claims: Sequence[Claim], *, notify: bool = True) -> int:
-        return self.runs.release(node, claims, notify_nodes=notify)
+        return self._runs.release(node, claims, notify_nodes=notify)
 
     def claimed_since(self, node: str, since: datetime) -> list[Claim]:
-        return self.runs.claimed_since(node, since)
+        return self._runs.claimed_since(node, since)
 
     def expired(self, limit: int, exclude: Sequence[int] = ()) -> list[Claim]:
-        return self.runs.running("expired_runs", limit, exclude=self.dialect.encode_ids(exclude))
+        return self._runs.running("expired_runs", limit, exclude=self.dialect.encode_ids(exclude))
 
     def overrun(self, limit: int, grace: float) -> list[Claim]:
-        return self.runs.running("overrun_runs", limit, grace=grace)
+        return self._runs.running("overrun_runs", limit, grace=grace)
 
     # -- reading and managing tasks -----------------------------------------------
 
     def get_task(self, task_id: int) -> Task | None:
         with self.dialect.reader() as s:
             row = s.fetch_one("get_task", {"id": task_id})
-        return self.rows.task(row) if row else None
+        return self._rows.task(row) if row else None
 
     def list_tasks(
         self, *, status: Status | None = None, name: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Task]:
         params = {"status": status.value if status else None, "name": name, "limit": limit, "offset": offset}
         with self.dialect.reader() as s:
-            return [self.rows.task(r) for r in s.fetch_all("list_tasks", params)]
+            return [self._rows.task(r) for r in s.fetch_all("list_tasks", params)]
 
     def task_headers(
         self, *, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
@@ -167,7 +167,7 @@ class SQLStore:
     ) -> list[Execution]:
         params = {"task_id": task_id, "status": status.value if status else None, "limit": limit}
         with self.dialect.reader() as s:
-            return [self.rows.execution(r) for r in s.fetch_all("list_executions", params)]
+            return [self._rows.execution(r) for r in s.fetch_all("list_executions", params)]
 
     def cancel(self, task_id: int, *, run_only: bool = False) -> Task | None:
         # A running node learns of the request at once through "cancel", or at its next heartbeat.
@@ -188,14 +188,14 @@ class SQLStore:
             else:
                 s.execute("insert_skipped", params)
                 notify(d, s, "due")
-        return self.rows.task(row) if row else None
+        return self._rows.task(row) if row else None
 
     def backfill(self, task_id: int, start: datetime, end: datetime, runs: Sequence[NewTask]) -> list[Task]:
         d = self.dialect
         with d.transaction() as s:
             s.fetch_one("lock_task", {"id": task_id})
             rows = s.fetch_all("taken_slots", {"id": task_id, "start": d.encode_time(start), "end": d.encode_time(end)})
-            taken = {self.rows.time(r["slot"]) for r in rows}
+            taken = {self._rows.time(r["slot"]) for r in rows}
             fresh = [run for run in runs if run.scheduled_at not in taken]
             return self._insert(s, fresh)[0] if fresh else []
 
@@ -212,7 +212,7 @@ class SQLStore:
                 row = s.fetch_one("get_task", {"id": task_id})
             elif announce is not None:
                 notify(d, s, announce)
-        return self.rows.task(row) if row else None
+        return self._rows.task(row) if row else None
 
     # -- nodes ----------------------------------------------------------------------
 
@@ -288,7 +288,7 @@ class SQLStore:
     def list_nodes(self) -> list[Node]:
         with self.dialect.reader() as s:
             rows = s.fetch_all("list_nodes", {})
-        return [self.rows.node(r) for r in rows]
+        return [self._rows.node(r) for r in rows]
 
 
 def _session_key(session_id: str) -> str:
