@@ -3,7 +3,8 @@
 A rule that a set-based statement must apply inside the database (no round trip, no
 row read back into Python) is written twice: once in Python, once in SQL. Each table
 below is the truth; the Python function is checked against it directly, and every SQL
-copy through the store, on every store kind and claim strategy:
+copy through the store, on every store kind and claim strategy (and the in-memory fake
+store's copies too):
 
 * ``run_slot`` (a triggered run is for the moment it was made due, any other for its
   task's nominal slot): applied in Python by SQLite's per-row claim, and in SQL by
@@ -18,9 +19,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import FAKE, STORE_KINDS, url_of
+from tests.fake_store import FakeStore
 from tickwork.model import ExecutionStatus, Kind, Status, Task
 from tickwork.schedules import cancel_wins, outcome_of, run_slot
 from tickwork.store import Claim, NewTask, Store, open_store
@@ -73,19 +77,22 @@ def test_cancel_wins_follows_the_table(
 # -- the SQL copies, through each store and claim strategy ------------------------------------
 
 
-def stores(url: str) -> Iterator[tuple[str, Store]]:
-    """A store on ``url`` per claim strategy its dialect has, each with task names of
-    its own (the database is shared)."""
-    probe = open_store(url)
-    probe.migrate()
-    strategies = probe.dialect.strategies  # type: ignore[attr-defined]
-    probe.close()
-    for strategy in strategies:
-        store = open_store(url, claim=strategy)
-        try:
-            yield f"rules.{strategy}", store
-        finally:
-            store.close()
+@pytest.fixture(params=[*STORE_KINDS, FAKE])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[tuple[str, Store]]]:
+    """A store per claim strategy of each kind (and the in-memory fake, which has copies
+    of its own), each with task names of its own: those of one kind share a database."""
+    if request.param == FAKE:
+        opened: list[tuple[str, Store]] = [("rules.fake", FakeStore())]
+    else:
+        url = url_of(request.param, request, tmp_path)
+        probe = open_store(url)
+        probe.migrate()
+        strategies = probe.dialect.strategies  # type: ignore[attr-defined]
+        probe.close()
+        opened = [(f"rules.{strategy}", open_store(url, claim=strategy)) for strategy in strategies]
+    yield opened
+    for _, store in opened:
+        store.close()
 
 
 def recurring(store: Store, name: str, *, offset: float, shift: float = 0.0) -> NewTask:
@@ -109,8 +116,8 @@ def claim_all(store: Store, name: str, tasks: list[Task]) -> dict[int, Claim]:
     return claims
 
 
-def test_each_claim_logs_its_run_for_the_rule_s_slot(store_url: str) -> None:
-    for name, store in stores(store_url):
+def test_each_claim_logs_its_run_for_the_rule_s_slot(stores: list[tuple[str, Store]]) -> None:
+    for name, store in stores:
         late = recurring(store, name, offset=-50.0, shift=20.0)
         one_time = dataclasses.replace(late, kind=Kind.ONE_TIME, interval=None)
         untriggered = store.insert_tasks([recurring(store, name, offset=-60.0, shift=30.0), one_time])
@@ -139,11 +146,11 @@ def flag(store: Store, task: Task, requested: bool, run_only: bool) -> None:
 
 
 @pytest.mark.parametrize("write", ["finish", "reap"])
-def test_the_write_of_a_decision_lets_cancel_win_by_the_table(store_url: str, write: str) -> None:
+def test_the_write_of_a_decision_lets_cancel_win_by_the_table(stores: list[tuple[str, Store]], write: str) -> None:
     """Every row of the table in one batch (the set-based statement sees them all at
     once), after the cancels were requested: the decisions were made from snapshots
     taken before them, as a node's are."""
-    for name, store in stores(store_url):
+    for name, store in stores:
         tasks = store.insert_tasks([recurring(store, name, offset=-10.0) for _ in CANCEL_WINS])
         claims = claim_all(store, name, tasks)
         outcomes = []
@@ -160,10 +167,10 @@ def test_the_write_of_a_decision_lets_cancel_win_by_the_table(store_url: str, wr
             assert (written.status, written.cancel_requested, written.cancel_run_only) == (status, after, False), row
 
 
-def test_a_claim_given_back_lets_cancel_win_by_the_table(store_url: str) -> None:
+def test_a_claim_given_back_lets_cancel_win_by_the_table(stores: list[tuple[str, Store]]) -> None:
     """Giving back a claim that never started is the decision PENDING."""
     rows = [r for r in CANCEL_WINS if r[2] is Status.PENDING]
-    for name, store in stores(store_url):
+    for name, store in stores:
         tasks = store.insert_tasks([recurring(store, name, offset=-10.0) for _ in rows])
         claims = claim_all(store, name, tasks)
         for task, (requested, run_only, _, _, _) in zip(tasks, rows, strict=True):
