@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -27,6 +27,8 @@ from tickwork.web.node import BackgroundWorker
 
 STATIC = Path(__file__).parent / "static"
 MIN_BODY_LIMIT = 1024 * 1024
+
+Lifespan = Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]
 
 
 def create_app(
@@ -58,6 +60,24 @@ def create_app(
     auth = Auth(token, public_read=public_read, session_ttl=session_ttl)
     db = database or Database(app)
     db.on_open(lambda: watch_queue(db.current))  # the queue gauges of /metrics, read at scrape time
+    server = FastAPI(
+        title="tickwork",
+        version=_version(),
+        description="A persistent, distributed task scheduler: tasks, runs, nodes and the queue.",
+        docs_url=None,  # the interactive docs load third-party scripts: /openapi.json is enough
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        lifespan=_lifespan(app, db, worker_concurrency),
+    )
+    errors.install(server, db.is_transient, page=functools.partial(dashboard.error_page, has_token=auth.has_token))
+    _routes(server, app, auth, db)
+    _middleware(server, app, allowed_hosts)
+    return server
+
+
+def _lifespan(app: App, db: Database, worker_concurrency: int | None) -> Lifespan:
+    """Open the store in the background when the server starts (and the worker node, if
+    any); on the way out, drain the node before the store closes under it."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -72,28 +92,25 @@ def create_app(
                 await anyio.to_thread.run_sync(node.stop)
             db.stop()
 
-    server = FastAPI(
-        title="tickwork",
-        version=_version(),
-        description="A persistent, distributed task scheduler: tasks, runs, nodes and the queue.",
-        docs_url=None,  # the interactive docs load third-party scripts: /openapi.json is enough
-        redoc_url=None,
-        openapi_url="/openapi.json",
-        lifespan=lifespan,
-    )
-    errors.install(server, db.is_transient, page=functools.partial(dashboard.error_page, has_token=auth.has_token))
+    return lifespan
+
+
+def _routes(server: FastAPI, app: App, auth: Auth, db: Database) -> None:
+    """``/metrics`` follows the API's read rule; ``/healthz`` needs no token."""
     read, _ = api.guards(auth)
     server.include_router(api.router(app, auth, db))
     server.include_router(probes.router(app, read, db))
     server.include_router(dashboard.router(app, auth, db))
     server.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+
+def _middleware(server: FastAPI, app: App, allowed_hosts: Sequence[str] | None) -> None:
     # Room for max_payload bytes of arguments however they are spelled (escapes, spaces):
     # the App then checks the arguments' own encoded size exactly.
     server.add_middleware(BodyLimit, limit=max(MIN_BODY_LIMIT, 4 * app.max_payload))
     if allowed_hosts is not None:
         server.add_middleware(AllowedHosts, hosts=list(allowed_hosts))
     server.add_middleware(SecurityHeaders)  # the last added is outermost: on every answer
-    return server
 
 
 def _version() -> str:

@@ -79,26 +79,6 @@ def install(api: FastAPI, is_transient: Callable[[BaseException], bool], *, page
     ``is_transient`` tells a database that is away (503, worth retrying) from a bug (500).
     ``page`` renders the 503 of a database that is away as a dashboard page, for browsers."""
 
-    async def payload_too_large(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, PayloadTooLarge)
-        return error_response(413, "payload_too_large", str(exc), field=exc.field, reason=exc.reason)
-
-    async def invalid_input(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, InvalidInput)
-        return error_response(422, "invalid_input", str(exc), field=exc.field, reason=exc.reason)
-
-    async def queue_full(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, QueueFull)
-        return error_response(
-            429, "queue_full", str(exc), field=exc.field, reason="queue full", **{"Retry-After": str(RETRY_AFTER_S)}
-        )
-
-    async def not_found(request: Request, exc: Exception) -> Response:
-        return error_response(404, "not_found", str(exc))
-
-    async def conflict(request: Request, exc: Exception) -> Response:
-        return error_response(409, "conflict", str(exc))
-
     def away(request: Request, retry_after: int) -> Response:
         message = "the database cannot be used now: see the server log"
         headers = {"Retry-After": str(retry_after)}
@@ -114,41 +94,73 @@ def install(api: FastAPI, is_transient: Callable[[BaseException], bool], *, page
         assert isinstance(exc, DatabaseUnavailable)  # logged by the watcher, once per outage
         return away(request, exc.retry_after)
 
-    async def unauthorized(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, Unauthorized)
-        return error_response(401, "unauthorized", exc.message, **{"WWW-Authenticate": "Bearer"})
-
-    async def request_invalid(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestValidationError)
-        field, reason, shown = _first_problem(exc)
-        message = f"{field}={shown}: {reason}" if shown is not None else f"{field}: {reason}"
-        return error_response(422, "invalid_input", message, field=field, reason=reason)
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, StarletteHTTPException)
-        if exc.status_code == 400:  # a body the parser could not read (not UTF-8, broken form data)
-            return error_response(422, "invalid_input", f"body: {exc.detail}", field="body", reason=str(exc.detail))
-        code = HTTP_CODES.get(exc.status_code, "http_error")
-        headers = dict(exc.headers or {})
-        return error_response(exc.status_code, code, str(exc.detail), **headers)
-
     async def internal(request: Request, exc: Exception) -> Response:
         if is_transient(exc):
             return await unavailable(request, exc)
         log.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
         return error_response(500, "internal", "internal error (logged on the server)")
 
-    api.add_exception_handler(PayloadTooLarge, payload_too_large)
-    api.add_exception_handler(InvalidInput, invalid_input)
-    api.add_exception_handler(QueueFull, queue_full)
-    api.add_exception_handler(TaskNotFound, not_found)
-    api.add_exception_handler(InvalidState, conflict)
+    api.add_exception_handler(PayloadTooLarge, _payload_too_large)
+    api.add_exception_handler(InvalidInput, _invalid_input)
+    api.add_exception_handler(QueueFull, _queue_full)
+    api.add_exception_handler(TaskNotFound, _not_found)
+    api.add_exception_handler(InvalidState, _conflict)
     api.add_exception_handler(DatabaseUnavailable, database_away)
     api.add_exception_handler(StoreError, unavailable)
-    api.add_exception_handler(Unauthorized, unauthorized)
-    api.add_exception_handler(RequestValidationError, request_invalid)
-    api.add_exception_handler(StarletteHTTPException, http_error)
+    api.add_exception_handler(Unauthorized, _unauthorized)
+    api.add_exception_handler(RequestValidationError, _request_invalid)
+    api.add_exception_handler(StarletteHTTPException, _http_error)
     api.add_exception_handler(Exception, internal)
+
+
+# The answers that depend on nothing but the exception (those above close over the
+# server's rules: which errors are transient, and how a browser is shown a 503).
+
+
+async def _payload_too_large(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, PayloadTooLarge)
+    return error_response(413, "payload_too_large", str(exc), field=exc.field, reason=exc.reason)
+
+
+async def _invalid_input(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, InvalidInput)
+    return error_response(422, "invalid_input", str(exc), field=exc.field, reason=exc.reason)
+
+
+async def _queue_full(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, QueueFull)
+    return error_response(
+        429, "queue_full", str(exc), field=exc.field, reason="queue full", **{"Retry-After": str(RETRY_AFTER_S)}
+    )
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return error_response(404, "not_found", str(exc))
+
+
+async def _conflict(request: Request, exc: Exception) -> Response:
+    return error_response(409, "conflict", str(exc))
+
+
+async def _unauthorized(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Unauthorized)
+    return error_response(401, "unauthorized", exc.message, **{"WWW-Authenticate": "Bearer"})
+
+
+async def _request_invalid(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    field, reason, shown = _first_problem(exc)
+    message = f"{field}={shown}: {reason}" if shown is not None else f"{field}: {reason}"
+    return error_response(422, "invalid_input", message, field=field, reason=reason)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # a body the parser could not read (not UTF-8, broken form data)
+        return error_response(422, "invalid_input", f"body: {exc.detail}", field="body", reason=str(exc.detail))
+    code = HTTP_CODES.get(exc.status_code, "http_error")
+    headers = dict(exc.headers or {})
+    return error_response(exc.status_code, code, str(exc.detail), **headers)
 
 
 NUMBER_ERRORS = {"float_type", "int_type", "int_parsing", "float_parsing", "int_from_float"}
