@@ -819,6 +819,27 @@ def test_finish_of_an_old_claim_does_not_touch_the_next_run(store: Store) -> Non
     assert execution(store, c1.execution_id).status is ExecutionStatus.COMPLETED
 
 
+def test_a_batch_with_an_old_and_a_current_outcome_of_one_task_applies_only_the_current(store: Store) -> None:
+    """A recorder batch can hold the late result of a run taken over and the result of
+    the same task's next run: each is judged by its own fence, and the stale one is
+    reported stale and writes nothing (PostgreSQL once counted both as applied)."""
+    task = insert_one(store, recurring(store, interval=0.001, misfire_grace=3600.0))
+    c1 = claim_one(store)
+    assert store.finish("node-a", [outcome_of(c1, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    c2 = claim_one(store)
+    now = store.now()
+    old = outcome_of(c1, ExecutionStatus.FAILED, now, error=ErrorInfo("Late", "late"), result="stale")
+    current = outcome_of(c2, ExecutionStatus.COMPLETED, now, result="current")
+    assert store.finish("node-a", [old, current]) == [False, True]
+    assert execution(store, c1.execution_id).status is ExecutionStatus.COMPLETED  # untouched
+    assert execution(store, c1.execution_id).result is None
+    assert (execution(store, c2.execution_id).status, execution(store, c2.execution_id).result) == (
+        ExecutionStatus.COMPLETED,
+        "current",
+    )
+    assert get(store, task.id).last_status is ExecutionStatus.COMPLETED
+
+
 @pytest.mark.parametrize("kind", ["recurring-completed", "one-time-failed-with-retries"])
 def test_cancel_requested_during_a_run_is_not_lost_by_finish(store: Store, kind: str) -> None:
     """cancel() on a RUNNING task promises the run ends CANCELLED. The node builds its

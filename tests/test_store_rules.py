@@ -10,8 +10,8 @@ store's copies too):
   task's nominal slot): applied in Python by SQLite's per-row claim, and in SQL by
   PostgreSQL's ``claim_skip_locked`` and ``claim_cas_batch``.
 * ``cancel_wins`` (a cancel requested while a run went on decides the task's end
-  state over the run's outcome): in SQL in ``settle_task`` and ``release_task``
-  (queries.sql, both stores) and ``settle_batch`` (postgres.sql).
+  state over the run's outcome): in SQL in ``write_outcome`` and ``release_task``
+  (queries.sql, both stores) and ``write_outcomes_batch`` (postgres.sql).
 """
 
 from __future__ import annotations

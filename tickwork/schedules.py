@@ -133,7 +133,7 @@ def cancel_wins(decided: Status, cancel_requested: bool, cancel_run_only: bool) 
 
     The store applies this at the write, in the statement that checks the fence, so
     that a request landing between the snapshot and the write is not lost: in SQL
-    (``settle_task`` and ``release_task`` in queries.sql, ``settle_batch`` in
+    (``write_outcome`` and ``release_task`` in queries.sql, ``write_outcomes_batch`` in
     postgres.sql), which tests/test_store_rules.py holds to this function's table."""
     if _cancels_task(cancel_requested, cancel_run_only) and decided is not Status.COMPLETED:
         return Status.CANCELLED, True

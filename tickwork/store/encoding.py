@@ -39,7 +39,7 @@ def new_task(d: Dialect, new: NewTask, now: Any) -> dict[str, Any]:
 
 
 def outcome_object(o: Outcome) -> dict[str, Any]:
-    """One outcome as a JSON object (times as ISO text): a row of ``settle_batch``'s
+    """One outcome as a JSON object (times as ISO text): a row of ``write_outcomes_batch``'s
     batch. A result that cannot be stored costs that result (noted on the execution),
     never the batch it is written with."""
     result, note = o.result, o.note
@@ -69,7 +69,7 @@ def outcome_object(o: Outcome) -> dict[str, Any]:
 
 
 def outcome_params(d: Dialect, o: Outcome) -> dict[str, Any]:
-    """The parameters of ``settle_task`` and ``finish_execution`` for one outcome."""
+    """The parameters of ``write_outcome`` and ``finish_execution`` for one outcome."""
     row = outcome_object(o)
     return {
         **row,

@@ -23,7 +23,7 @@ from tickwork.store.dialect import Dialect, Row, Session
 
 class SetBased:
     """Set-based statements over arrays or a JSON batch (``claim_cas_batch``,
-    ``renew_batch``, ``settle_batch``): the dialect's query file must have them."""
+    ``renew_batch``, ``write_outcomes_batch``): the dialect's query file must have them."""
 
     def __init__(self, dialect: Dialect) -> None:
         self._d = dialect
@@ -48,13 +48,14 @@ class SetBased:
     def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
         batch = self._d.encode_json([encoding.outcome_object(o) for o in outcomes])
         params = {"node": node, "expired_only": expired_only, "batch": batch}
-        settled = {int(r["id"]) for r in s.fetch_all("settle_batch", params)}
-        return [o.task_id in settled for o in outcomes]
+        rows = s.fetch_all("write_outcomes_batch", params)
+        written = {(int(r["id"]), int(r["fence"]), int(r["execution_id"])) for r in rows}
+        return [(o.task_id, o.fence, o.execution_id) in written for o in outcomes]
 
 
 class RowByRow:
     """The portable statements (``claim_task`` + ``insert_execution``,
-    ``renew_lease``, ``settle_task`` + ``finish_execution``), one per row, in one
+    ``renew_lease``, ``write_outcome`` + ``finish_execution``), one per row, in one
     write transaction."""
 
     def __init__(self, dialect: Dialect) -> None:
@@ -104,7 +105,7 @@ class RowByRow:
         applied: list[bool] = []
         for o in outcomes:
             params = {**common, **encoding.outcome_params(d, o)}
-            ok = s.fetch_one("settle_task", params) is not None
+            ok = s.fetch_one("write_outcome", params) is not None
             if ok:  # the execution row is finished only if its task's fenced update applied
                 s.execute("finish_execution", params)
             applied.append(ok)

@@ -92,12 +92,15 @@ SELECT clock_timestamp() AS now;
 -- Delivered when the transaction commits, to every node listening on any host.
 SELECT pg_notify('tickwork', :payload);
 
--- name: settle_batch
--- settle_task + finish_execution for a whole batch in one statement (one parse, one
+-- name: write_outcomes_batch
+-- write_outcome + finish_execution for a whole batch in one statement (one parse, one
 -- plan, one round trip): the batch arrives as one JSON array, which the server unpacks
 -- faster than a driver can send one array per column. Each row is still fenced by its
 -- own version and lease owner; an execution row is finished only if its task's update
--- applied. Status and cancel flags: tickwork.schedules.cancel_wins, as in settle_task.
+-- applied. Status and cancel flags: tickwork.schedules.cancel_wins, as in write_outcome.
+-- Two outcomes of one task in a batch (a late result of a run taken over, beside the
+-- result of the task's next run) are told apart by fence and execution: only the one
+-- whose fence matched is reported applied, and only its execution row is written.
 WITH o AS (
     SELECT * FROM jsonb_to_recordset(:batch::jsonb) AS o(
         task_id bigint, fence bigint, execution_id bigint, status text, task_status text,
@@ -118,17 +121,17 @@ WITH o AS (
     FROM o
     WHERE t.id = o.task_id AND t.version = o.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
       AND (NOT :expired_only OR t.lease_expires_at < :now)
-    RETURNING t.id
+    RETURNING t.id, o.fence, o.execution_id
 ), logged AS (
     UPDATE tickwork_executions e
     SET status = o.status, started_at = COALESCE(o.started_at, e.started_at), finished_at = o.finished_at,
         error_type = o.error_type,
         error_message = o.error_message, error_traceback = o.error_traceback,
         result = o.result, note = o.note, skipped_count = o.skipped, skipped_last = o.skipped_last
-    FROM o JOIN settled ON settled.id = o.task_id
+    FROM o JOIN settled ON settled.id = o.task_id AND settled.fence = o.fence AND settled.execution_id = o.execution_id
     WHERE e.id = o.execution_id AND e.status = 'RUNNING'
 )
-SELECT id FROM settled;
+SELECT id, fence, execution_id FROM settled;
 
 -- name: renew_batch
 -- renew_lease for all of a node's runs in one statement.

@@ -64,7 +64,7 @@ UPDATE tickwork_tasks SET lease_expires_at = :lease_until
 WHERE id = :id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
 RETURNING id, cancel_requested, cancel_run_only;
 
--- name: settle_task
+-- name: write_outcome
 -- Apply the policy's decision for an ended run. The reconciler reaping a lost run
 -- (:expired_only) writes only while the lease is still expired, so that a renewal
 -- landing first wins; one ending an overrun run needs only the fence.
