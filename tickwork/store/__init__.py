@@ -20,7 +20,8 @@ def open_store(url: str, *, clock: Callable[[], datetime] = utcnow, claim: str |
     best); ``clock`` replaces the embedded store's clock in tests (a server database
     always uses its own)."""
     if url.startswith("sqlite:"):
-        from tickwork.store.sqlite import SQLiteDialect, path_from_url
+        from tickwork.store.sqlite import SQLiteDialect
+        from tickwork.urls import path_from_url
 
         return SQLStore(SQLiteDialect(path_from_url(url), clock), claim)
     if url.startswith(("postgresql:", "postgres:", "postgresql+psycopg:", "postgres+psycopg:")):

@@ -19,7 +19,7 @@ def probe(url: str, timeout: float = 2.0) -> None:
 
     An embedded SQLite file is there when its directory is."""
     if url.startswith("sqlite:"):
-        from tickwork.store.sqlite import path_from_url
+        from tickwork.urls import path_from_url
 
         path = path_from_url(url)
         if not Path(path).parent.exists():

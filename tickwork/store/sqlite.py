@@ -25,7 +25,6 @@ from tickwork.errors import StoreError
 from tickwork.store import queries
 from tickwork.store.dialect import HotPath, Row, iter_statements
 from tickwork.store.hot import RowByRow
-from tickwork.urls import path_from_url as path_from_url  # re-exported for store/__init__.py and probe.py
 
 BUSY_TIMEOUT_S = 30.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
