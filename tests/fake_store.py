@@ -35,6 +35,7 @@ from tickwork.clock import utcnow
 from tickwork.codec import clean_text, dumps, json_problem
 from tickwork.errors import QueueFull
 from tickwork.model import (
+    TERMINAL_STATUSES,
     Claim,
     ErrorInfo,
     Execution,
@@ -43,6 +44,7 @@ from tickwork.model import (
     NewTask,
     Node,
     Outcome,
+    PruneCounts,
     Renewal,
     Skipping,
     Stats,
@@ -50,6 +52,7 @@ from tickwork.model import (
     Task,
     TaskHeader,
 )
+from tickwork.store import retention
 from tickwork.store.sql import RECENT_RUNS_WINDOW
 
 __all__ = ["FakeStore"]
@@ -675,6 +678,49 @@ class FakeStore:
             for node_id in silent:
                 del self._nodes[node_id]
             return len(silent)
+
+    # -- retention (queries.sql: prune_tasks, prune_executions, prune_count) ---------------
+
+    def prune(self, older_than: datetime, keep_last: int, limit: int, *, dry_run: bool = False) -> PruneCounts:
+        retention.check(keep_last, limit)
+        cutoff = _utc(older_than)
+        with self._lock:
+            ended = sorted(
+                (t for t in self._tasks.values() if t.kind is Kind.ONE_TIME and t.status in TERMINAL_STATUSES),
+                key=lambda t: (t.updated_at, t.id),
+            )
+            doomed = [t.id for t in ended if t.updated_at < cutoff][:limit]
+            doomed_runs = [i for task_id in doomed for i in self._runs_of.get(task_id, [])]
+            aged = self._aged_executions(cutoff, keep_last, set(doomed))[:limit]
+            if not dry_run:
+                for task_id in doomed:
+                    task = self._tasks.pop(task_id)
+                    if task.key is not None:
+                        self._by_key[task.key] = [i for i in self._by_key.get(task.key, []) if i != task_id]
+                    for execution_id in self._runs_of.pop(task_id, []):
+                        del self._executions[execution_id]
+                for execution_id in aged:
+                    run = self._executions.pop(execution_id)
+                    if execution_id in self._runs_of.get(run.task_id, []):
+                        self._runs_of[run.task_id].remove(execution_id)
+            return PruneCounts(len(doomed_runs) + len(aged), len(doomed))
+
+    def _aged_executions(self, cutoff: datetime, keep_last: int, doomed: set[int]) -> list[int]:
+        chosen: list[int] = []
+        for e in self._executions.values():  # oldest first
+            if e.status is ExecutionStatus.RUNNING or e.finished_at is None or e.finished_at >= cutoff:
+                continue
+            if e.task_id in doomed:
+                continue
+            task = self._tasks.get(e.task_id)
+            if task is not None:
+                if task.status is Status.RUNNING:
+                    continue
+                newest = self._runs_of.get(e.task_id, [])[-keep_last:] if keep_last else []
+                if task.kind is Kind.RECURRING and e.id in newest:
+                    continue
+            chosen.append(e.id)
+        return chosen
 
     def list_nodes(self) -> list[Node]:
         with self._lock:

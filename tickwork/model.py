@@ -330,3 +330,22 @@ class Renewal:
     cancel_requested: bool
     run_only: bool = False
     """The cancel is for the current run only: the task's schedule goes on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PruneCounts:
+    """What one prune deleted (or, in a dry run, would delete)."""
+
+    executions: int = 0
+    """Execution rows, those of the deleted tasks included."""
+    tasks: int = 0
+    """Ended one-time tasks."""
+    busy: bool = False
+    """Another pruner held the store's prune lock: this one did nothing."""
+
+    def __add__(self, other: PruneCounts) -> PruneCounts:
+        return PruneCounts(self.executions + other.executions, self.tasks + other.tasks, self.busy or other.busy)
+
+    @property
+    def rows(self) -> int:
+        return self.executions + self.tasks

@@ -25,6 +25,7 @@ from tickwork.model import (
     NewTask,
     Node,
     Outcome,
+    PruneCounts,
     Renewal,
     Skipping,
     Stats,
@@ -33,7 +34,7 @@ from tickwork.model import (
     TaskHeader,
 )
 
-__all__ = ["Claim", "NewTask", "Outcome", "Renewal", "Skipping", "Store"]
+__all__ = ["Claim", "NewTask", "Outcome", "PruneCounts", "Renewal", "Skipping", "Store"]
 
 
 class Store(Protocol):
@@ -198,6 +199,23 @@ class Store(Protocol):
         ...
 
     def list_nodes(self) -> list[Node]: ...
+
+    def prune(self, older_than: datetime, keep_last: int, limit: int, *, dry_run: bool = False) -> PruneCounts:
+        """Delete one bounded batch of old history; return what was deleted.
+
+        Deleted: ONE_TIME tasks ended (COMPLETED, FAILED, CANCELLED) whose last change
+        is before ``older_than``, at most ``limit`` of them, with all their executions;
+        then at most ``limit`` ended executions that finished before ``older_than``,
+        oldest first, except a RECURRING task's newest ``keep_last`` executions (by id,
+        whatever their age). Never deleted: a live task (PENDING, RUNNING, PAUSED), a
+        RUNNING execution, or any execution of a task that is RUNNING.
+
+        One short transaction of statements bounded by ``limit``: call it again until
+        it deletes nothing. One pruner at a time: while another holds the store's prune
+        lock this returns at once, nothing done, with ``busy`` set. ``dry_run``: count
+        what this call would delete, changing nothing.
+        """
+        ...
 
     def due_count(self, limit: int) -> int:
         """How many tasks are due and unclaimed, counting no further than ``limit``."""

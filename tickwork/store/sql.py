@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from tickwork.errors import InvalidInput, QueueFull
-from tickwork.model import Execution, ExecutionStatus, Node, Stats, Status, Task, TaskHeader
-from tickwork.store import encoding
+from tickwork.model import Execution, ExecutionStatus, Node, PruneCounts, Stats, Status, Task, TaskHeader
+from tickwork.store import encoding, retention
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 from tickwork.store.dialect import Dialect, Row, Session, iter_statements, notify
 from tickwork.store.rows import Decoder, header
@@ -246,6 +246,9 @@ class SQLStore:
         with d.transaction() as s:
             cutoff = d.encode_time(d.approximate_now() - timedelta(seconds=silent_for))
             return s.execute("prune_nodes", {"cutoff": cutoff, "silent_for": silent_for})
+
+    def prune(self, older_than: datetime, keep_last: int, limit: int, *, dry_run: bool = False) -> PruneCounts:
+        return retention.prune(self.dialect, older_than, keep_last, limit, dry_run=dry_run)
 
     def due_count(self, limit: int) -> int:
         d = self.dialect

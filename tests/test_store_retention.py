@@ -1,0 +1,230 @@
+"""Store.prune's contract (tickwork/store/base.py), on every store and the in-memory fake.
+
+Ages are judged against ``older_than``: a cutoff an hour after the store's now makes
+every ended row old, one an hour before it makes every row young. Where both must
+meet in one store, the SQLite file and the fake run on a driven clock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests import test_store_contract as contract
+from tests.fake_store import FakeStore
+from tests.test_store_contract import NAME, claim_one, executions_of, insert_one, one_time, real_stores_only, recurring
+from tickwork.errors import InvalidInput
+from tickwork.model import ExecutionStatus, PruneCounts, Status, Task
+from tickwork.schedules import outcome_of
+from tickwork.store import Store, open_store
+
+HOUR = timedelta(hours=1)
+
+# The contract's store fixtures: every store kind and the in-memory fake.
+store_kind = contract.store_kind
+store_url = contract.store_url
+store = contract.store
+
+
+def later(store: Store) -> datetime:
+    """A cutoff that makes everything ended so far old."""
+    return store.now() + HOUR
+
+
+def run(store: Store, task: Task, status: ExecutionStatus = ExecutionStatus.COMPLETED) -> None:
+    """One run of ``task`` (alone due under its name), ended with ``status``."""
+    c = claim_one(store, names=[task.name])
+    assert c.task.id == task.id
+    assert store.finish("node-a", [outcome_of(c, status, store.now())]) == [True]
+
+
+def runs_of_recurring(store: Store, task: Task, n: int) -> None:
+    for _ in range(n):
+        store.trigger(task.id)
+        run(store, task)
+
+
+def ended_one_time(store: Store, name: str, status: ExecutionStatus = ExecutionStatus.COMPLETED) -> Task:
+    task = insert_one(store, one_time(store, name=name))
+    run(store, task, status)
+    return task
+
+
+def prune_all(store: Store, older_than: datetime, keep_last: int = 20, limit: int = 1000) -> PruneCounts:
+    total = PruneCounts()
+    while (counts := store.prune(older_than, keep_last, limit)).rows:
+        total += counts
+    return total
+
+
+def test_ended_one_time_tasks_go_with_their_executions(store: Store) -> None:
+    done = ended_one_time(store, "t.done")
+    failed = ended_one_time(store, "t.failed", ExecutionStatus.FAILED)
+    cancelled = insert_one(store, one_time(store, name="t.cancelled"))
+    store.cancel(cancelled.id)
+    assert prune_all(store, later(store)) == PruneCounts(executions=2, tasks=3)
+    for task in (done, failed, cancelled):
+        assert store.get_task(task.id) is None
+        assert executions_of(store, task.id) == []
+
+
+def test_live_tasks_are_kept(store: Store) -> None:
+    pending = insert_one(store, one_time(store, name="t.pending", offset=3600))
+    paused = insert_one(store, one_time(store, name="t.paused", offset=3600))
+    store.pause(paused.id)
+    running = insert_one(store, one_time(store, name="t.running"))
+    claim_one(store, names=["t.running"])
+    retrying = insert_one(store, one_time(store, name="t.retrying", max_retries=3))
+    run(store, retrying, ExecutionStatus.FAILED)  # PENDING again, its failed attempt old
+    assert store.get_task(retrying.id).status is Status.PENDING  # type: ignore[union-attr]
+    counts = prune_all(store, later(store))
+    assert counts == PruneCounts(executions=1, tasks=0)  # only the old attempt's row
+    for task in (pending, paused, running, retrying):
+        assert store.get_task(task.id) is not None
+    [live_run] = executions_of(store, running.id)
+    assert live_run.status is ExecutionStatus.RUNNING
+
+
+def test_a_recurring_task_keeps_its_newest_keep_last(store: Store) -> None:
+    task = insert_one(store, recurring(store, offset=3600))
+    runs_of_recurring(store, task, 5)
+    before = [e.id for e in executions_of(store, task.id)]  # newest first
+    assert prune_all(store, later(store), keep_last=2) == PruneCounts(executions=3, tasks=0)
+    assert [e.id for e in executions_of(store, task.id)] == before[:2]
+    assert store.get_task(task.id) is not None
+    assert prune_all(store, later(store), keep_last=0) == PruneCounts(executions=2, tasks=0)
+    assert store.get_task(task.id) is not None  # a recurring task itself is never pruned
+
+
+def test_no_execution_of_a_running_task_is_deleted(store: Store) -> None:
+    task = insert_one(store, recurring(store, offset=3600))
+    runs_of_recurring(store, task, 3)
+    store.trigger(task.id)
+    claim_one(store)
+    assert store.prune(later(store), 0, 100) == PruneCounts()
+    assert len(executions_of(store, task.id)) == 4
+
+
+def test_young_history_is_kept(store: Store) -> None:
+    done = ended_one_time(store, "t.done")
+    task = insert_one(store, recurring(store, offset=3600))
+    runs_of_recurring(store, task, 3)
+    assert store.prune(store.now() - HOUR, 0, 100) == PruneCounts()
+    assert store.get_task(done.id) is not None
+    assert len(executions_of(store, task.id)) == 3
+
+
+class Wall:
+    def __init__(self) -> None:
+        self.at = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self.at
+
+
+@pytest.fixture(params=["sqlite", "fake"])
+def driven(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Store, Wall]]:
+    wall = Wall()
+    s: Store = (
+        FakeStore(wall.now) if request.param == "fake" else open_store(f"sqlite:///{tmp_path}/t.db", clock=wall.now)
+    )
+    s.migrate()
+    yield s, wall
+    s.close()
+
+
+def test_the_cutoff_divides_old_from_young(driven: tuple[Store, Wall]) -> None:
+    store, wall = driven
+    old = ended_one_time(store, "t.old")
+    task = insert_one(store, recurring(store, offset=3600))
+    runs_of_recurring(store, task, 3)
+    wall.at += timedelta(days=2)
+    young = ended_one_time(store, "t.young")
+    runs_of_recurring(store, task, 2)
+    assert prune_all(store, wall.at - timedelta(days=1), keep_last=1) == PruneCounts(executions=4, tasks=1)
+    assert store.get_task(old.id) is None
+    assert store.get_task(young.id) is not None
+    assert len(executions_of(store, task.id)) == 2
+
+
+def test_batches_are_bounded_by_limit(store: Store) -> None:
+    for i in range(5):
+        ended_one_time(store, f"t.{i}")
+    task = insert_one(store, recurring(store, offset=3600))
+    runs_of_recurring(store, task, 5)
+    cutoff = later(store)
+    # Tasks first (with their executions), then the oldest remaining executions.
+    batches = [store.prune(cutoff, 0, 2) for _ in range(5)]
+    assert batches == [
+        PruneCounts(executions=4, tasks=2),
+        PruneCounts(executions=2, tasks=2),
+        PruneCounts(executions=2, tasks=1),
+        PruneCounts(executions=2, tasks=0),
+        PruneCounts(),
+    ]
+
+
+def test_dry_run_counts_and_changes_nothing(store: Store) -> None:
+    for i in range(3):
+        ended_one_time(store, f"t.{i}")
+    task = insert_one(store, recurring(store, offset=3600))
+    runs_of_recurring(store, task, 4)
+    cutoff = later(store)
+    before = (len(store.list_tasks(limit=100)), len(store.list_executions(limit=100)))
+    assert store.prune(cutoff, 1, 1000, dry_run=True) == PruneCounts(executions=6, tasks=3)
+    assert store.prune(cutoff, 1, 2, dry_run=True) == PruneCounts(executions=4, tasks=2)
+    assert (len(store.list_tasks(limit=100)), len(store.list_executions(limit=100))) == before
+    assert store.prune(cutoff, 1, 1000) == PruneCounts(executions=6, tasks=3)
+
+
+@pytest.mark.parametrize(("field", "keep_last", "limit"), [("keep_last", -1, 10), ("limit", 0, 0), ("limit", 1, -5)])
+def test_bad_arguments_name_the_field(store: Store, field: str, keep_last: int, limit: int) -> None:
+    with pytest.raises(InvalidInput) as e:
+        store.prune(later(store), keep_last, limit)
+    assert e.value.field == field
+
+
+@real_stores_only("needs two store objects on one database")
+def test_two_pruners_at_once_neither_deadlock_nor_double_count(store: Store, store_url: str) -> None:
+    for i in range(40):
+        ended_one_time(store, f"t.{i}")
+    cutoff = later(store)
+    others = [open_store(store_url) for _ in range(2)]
+    totals: list[PruneCounts] = []
+    errors: list[BaseException] = []
+
+    def prune(s: Store) -> None:
+        try:
+            total = PruneCounts()
+            for _ in range(200):
+                counts = s.prune(cutoff, 0, 3)
+                total += counts
+                if not counts.rows and not counts.busy:
+                    break
+            totals.append(total)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=prune, args=(s,)) for s in others]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for s in others:
+        s.close()
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert sum(t.tasks for t in totals) == 40 and sum(t.executions for t in totals) == 40
+    assert store.list_tasks(limit=100) == []
+
+
+def test_only_ended_names_matter_not_other_tasks(store: Store) -> None:
+    """A task under another name with a live run does not protect old rows of others."""
+    done = ended_one_time(store, "t.done")
+    insert_one(store, one_time(store, name=NAME))
+    claim_one(store)
+    assert prune_all(store, later(store)).tasks == 1
+    assert store.get_task(done.id) is None
