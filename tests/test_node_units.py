@@ -13,7 +13,7 @@ import pytest
 
 from tests.fake_store import FakeStore
 from tickwork.context import Context
-from tickwork.model import ExecutionStatus, Kind, Overlap, Status
+from tickwork.model import ExecutionStatus, Kind, Misfire, Overlap, Status
 from tickwork.node.outcomes import RunResult, cancelled_result, outcome_for
 from tickwork.node.reconciler import reconcile
 from tickwork.node.run import TRANSITIONS, CancelReason, IllegalTransition, Run, RunState
@@ -329,3 +329,55 @@ def test_a_queued_run_is_not_timed_out_before_it_starts(store: FakeStore, clock:
     clock.advance(5.0)
     assert node.leases.enforce_timeouts(clock.monotonic()) is None
     assert run.cancel_reason is None
+
+
+# -- a bug in one run's handling never strands its slot ------------------------------------
+
+
+def test_a_skip_whose_outcome_cannot_be_built_is_recorded_failed_and_frees_its_slot(
+    store: FakeStore, clock: DrivenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tickwork.node.runner
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise OverflowError("a stored value the policy cannot use")
+
+    monkeypatch.setattr(tickwork.node.runner, "skipped_outcome", broken)
+    [task_id] = due(store, clock, 1, interval=60.0, misfire=Misfire.SKIP, misfire_grace=1.0)
+    clock.advance(600.0)  # ten slots missed: the policy skips rather than runs
+    node = worker(store, clock)
+    node.poll_once()
+    [run] = node.runs.runs()
+    node.runner.execute(run)
+    assert run.state is RunState.RECORDING
+    node.recorder.start()
+    node.recorder.stop()
+    assert run.state is RunState.DONE and node.running == 0
+    [execution] = store.list_executions(task_id=task_id)
+    assert execution.status is ExecutionStatus.FAILED and execution.error is not None
+    assert execution.error.type == "OverflowError"
+
+
+def test_a_slot_thread_survives_a_failing_run(store: FakeStore, clock: DrivenClock) -> None:
+    from tickwork.node.slots import RunThreads
+
+    done = threading.Event()
+    seen: list[int] = []
+
+    def target(run: Run) -> None:
+        seen.append(run.execution_id)
+        if len(seen) == 1:
+            raise RuntimeError("bug")
+        done.set()
+
+    due(store, clock, 2)
+    definition = registry().get("t.noop")
+    assert definition is not None
+    threads = RunThreads(1, target)
+    for claim in store.claim("n", ["t.noop"], 2, LEASE):
+        threads.submit(Run(claim, definition))
+    assert done.wait(5)  # the one thread went on to the second run
+    threads.shutdown()
+    for thread in [t for t in threading.enumerate() if t.name.startswith("tickwork-run-")]:
+        thread.join(5)
+    assert len(seen) == 2

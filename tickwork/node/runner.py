@@ -56,32 +56,41 @@ class Runner:
         self.clock = clock
 
     def execute(self, run: Run) -> None:
-        """The slot thread's whole job for one run; never raises."""
+        """The slot thread's whole job for one run; never raises, and never leaves the
+        run behind: whatever goes wrong, it ends recorded (FAILED) or dropped."""
         if not run.advance_from(RunState.QUEUED, RunState.RUNNING):
             return  # given back at shutdown while it waited for this slot
         try:
-            if run.cancel_reason is not None:  # it waited as prefetch and was cancelled or lost
-                self.skip(run)
-                return
-            decision = decide(run.claim.task, self.store.approximate_now())
-            if not decision.run:  # missed slots the policy does not run now
-                log.info("task %s: %s", run.task_id, decision.text)
-                run.advance(RunState.RECORDING)
-                self.recorder.submit(run, skipped_outcome(run.claim, decision, self.store.approximate_now()))
-                return
-            ctx = self._context(run)
-            run.started_at = self.store.approximate_now()
-            task = run.claim.task
-            self.stats.run_started(task.name, max(0.0, (run.started_at - task.next_run_at).total_seconds()))
-            self._set_deadlines(run)
-            began = self.clock()
-            result = self.executor.execute(run, ctx)
-            self.prefetch.observe_run(self.clock() - began)
+            result = self._run(run)
         except BaseException as exc:
             # Executor.execute turns task errors into results: this is a bug of ours.
             log.exception("task %s: unexpected error while running", run.task_id)
             result = RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
-        self.record(run, result)
+        if result is not None and run.state is RunState.RUNNING:
+            self.record(run, result)
+
+    def _run(self, run: Run) -> RunResult | None:
+        """Decide and run; the result to record, or None when the run was already
+        handed on (skipped by the misfire policy, or stopped before it started)."""
+        if run.cancel_reason is not None:  # it waited as prefetch and was cancelled or lost
+            self.skip(run)
+            return None
+        decision = decide(run.claim.task, self.store.approximate_now())
+        if not decision.run:  # missed slots the policy does not run now
+            log.info("task %s: %s", run.task_id, decision.text)
+            outcome = skipped_outcome(run.claim, decision, self.store.approximate_now())  # before the state moves
+            run.advance(RunState.RECORDING)
+            self.recorder.submit(run, outcome)
+            return None
+        ctx = self._context(run)
+        run.started_at = self.store.approximate_now()
+        task = run.claim.task
+        self.stats.run_started(task.name, max(0.0, (run.started_at - task.next_run_at).total_seconds()))
+        self._set_deadlines(run)
+        began = self.clock()
+        result = self.executor.execute(run, ctx)
+        self.prefetch.observe_run(self.clock() - began)
+        return result
 
     def _context(self, run: Run) -> Context:
         task = run.claim.task
@@ -168,7 +177,11 @@ class Runner:
                         events.emit(event, payload)
 
     def forget(self, runs: list[Run]) -> None:
-        if self.locks is not None:
-            self.locks.release(runs)  # after the write, before another claim can want them
-        self.runs.forget(runs)
-        self.on_forget()
+        try:
+            if self.locks is not None:
+                self.locks.release(runs)  # after the write, before another claim can want them
+        except Exception:  # a lock left behind expires; a run left in the table never would
+            log.exception("could not release the Redis locks of %d runs; they expire with their TTL", len(runs))
+        finally:
+            self.runs.forget(runs)
+            self.on_forget()

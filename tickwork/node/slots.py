@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
 
 from tickwork.node.run import Run, RunState
+
+log = logging.getLogger("tickwork.worker")
 
 
 class Prefetch:
@@ -78,7 +81,10 @@ class RunThreads:
 
     def _main(self) -> None:
         while (run := self._queue.get()) is not None:
-            self._target(run)
+            try:
+                self._target(run)
+            except BaseException:  # a slot must outlive a bug in one run's handling
+                log.exception("slot thread: unexpected error handling execution %s", run.execution_id)
 
 
 class RunTable:
