@@ -764,6 +764,31 @@ def corruptions(store_url: str) -> list[tuple[str, str]]:
     return CORRUPTIONS["sqlite" if store_url.startswith("sqlite:") else "postgres"]
 
 
+def test_an_undecodable_execution_row_is_a_500_that_names_it_not_an_outage(
+    api: Any, web_app: App, store_url: str
+) -> None:
+    """A stored row no retry can mend is a fault of the data: 500 naming table, column
+    and row, never the 503 (with Retry-After) of a database that is away."""
+    task = schedule(api)
+    web_app.trigger(task["id"])
+    [claim] = web_app.store.claim("n", ["web.ok"], 1, 30.0)
+    value = "'garbage'" if store_url.startswith("sqlite:") else "'infinity'"
+    statement = f"UPDATE tickwork_executions SET started_at = {value} WHERE id = {claim.execution_id}"
+    if store_url.startswith("sqlite:"):
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as conn:
+            assert conn.execute(statement).rowcount == 1
+    else:
+        import psycopg
+
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            assert conn.execute(statement).rowcount == 1
+    answer = api.get(f"{V1}/executions", headers=AUTH)
+    body = problem(answer, 500)
+    assert "Retry-After" not in answer.headers
+    assert body["error"] == "undecodable"
+    assert f"tickwork_executions.started_at of row id={claim.execution_id}" in body["message"]
+
+
 @pytest.mark.parametrize("case", range(4))
 def test_an_undecodable_row_is_shown_as_such_and_hides_nothing(
     api: Any, web_app: App, store_url: str, case: int

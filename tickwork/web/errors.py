@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, QueueFull, StoreError, TaskNotFound
+from tickwork.store import UndecodableRow
 from tickwork.web.database import DatabaseUnavailable
 from tickwork.web.schemas import ErrorOut
 
@@ -73,6 +74,14 @@ def wants_page(request: Request) -> bool:
     return not request.url.path.startswith(API_PATHS) and "text/html" in request.headers.get("accept", "")
 
 
+async def _undecodable(request: Request, exc: Exception) -> Response:
+    """A stored row this version cannot read: a fault of the data that no retry mends,
+    so 500 (as before rows named their column), never the 503 of a database away. The
+    message names table, column and row id, and never quotes task data."""
+    log.error("%s %s: %s", request.method, request.url.path, exc)
+    return error_response(500, "undecodable", str(exc))
+
+
 def install(api: FastAPI, is_transient: Callable[[BaseException], bool], *, page: Page | None = None) -> None:
     """Register the handlers that turn exceptions into ``ErrorOut`` answers.
 
@@ -106,6 +115,7 @@ def install(api: FastAPI, is_transient: Callable[[BaseException], bool], *, page
     api.add_exception_handler(TaskNotFound, _not_found)
     api.add_exception_handler(InvalidState, _conflict)
     api.add_exception_handler(DatabaseUnavailable, database_away)
+    api.add_exception_handler(UndecodableRow, _undecodable)  # before StoreError: a data fault, not an outage
     api.add_exception_handler(StoreError, unavailable)
     api.add_exception_handler(Unauthorized, _unauthorized)
     api.add_exception_handler(RequestValidationError, _request_invalid)
