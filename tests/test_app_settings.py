@@ -84,3 +84,9 @@ def test_app_attributes_read_and_write_the_settings_rechecked() -> None:
         app.heartbeat = 20
     assert app.settings is before  # a refused assignment changes nothing
     assert dataclasses.replace(before, lease=60.0).heartbeat == 3.0
+
+
+def test_the_settings_repr_never_shows_a_password() -> None:
+    settings = AppSettings(url="postgresql://u:s3cret@db/x", redis_url="redis://:r3dis@cache:6379/0")
+    assert "s3cret" not in repr(settings) and "r3dis" not in repr(settings)
+    assert settings.url == "postgresql://u:s3cret@db/x"  # kept, only not shown

@@ -19,7 +19,7 @@ CLAIM_STRATEGIES = (None, "skip_locked", "optimistic")
 class AppSettings:
     """What ``App(...)`` was given, normalised (seconds as floats, ``RedisMode``)."""
 
-    url: str | None = None
+    url: str | None = dataclasses.field(default=None, repr=False)  # may hold a password
     """The database URL as given; None reads ``TICKWORK_DB`` when the store is opened."""
     lease: float = 30.0
     heartbeat: float = 10.0
@@ -31,7 +31,7 @@ class AppSettings:
     """The claim strategy; None lets the store choose."""
     max_payload: int = DEFAULT_MAX_PAYLOAD
     max_pending: int | None = None
-    redis_url: str | None = None
+    redis_url: str | None = dataclasses.field(default=None, repr=False)  # may hold a password
     redis_prefix: str = "tickwork:"
     redis_mode: RedisMode | str = RedisMode.BEST_EFFORT
     """A ``RedisMode`` once built (given as its value, ``"required"``, or as one)."""
