@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from tickwork import missed_slots, planning, validate
-from tickwork.app_settings import DEFAULT_MAX_PAYLOAD, AppSettings, Setting
+from tickwork.app_settings import DEFAULT_MAX_PAYLOAD, DEFAULT_RETENTION, AppSettings, Setting
 from tickwork.clock import Clock, utcnow
 from tickwork.errors import InvalidState, TaskNotFound
 from tickwork.events import Events, Hook
@@ -46,6 +46,8 @@ class App:
     redis_prefix: Setting[str] = Setting()
     redis_mode: Setting[RedisMode] = Setting()
     lock_ttl: Setting[float | None] = Setting()
+    retention: Setting[timedelta | None] = Setting()
+    keep_last: Setting[int] = Setting()
 
     def __init__(
         self,
@@ -65,12 +67,15 @@ class App:
         redis_prefix: str = "tickwork:",
         redis_mode: str = "best_effort",
         lock_ttl: float | None = None,
+        retention: timedelta | float | None = DEFAULT_RETENTION,
+        keep_last: int = 20,
         clock: Clock = utcnow,
     ) -> None:
         self.settings = AppSettings(
             url=url, lease=lease, heartbeat=heartbeat, poll_interval=poll_interval, misfire_grace=misfire_grace,
             shutdown_grace=shutdown_grace, claim=claim, max_payload=max_payload, max_pending=max_pending,
             redis_url=redis_url, redis_prefix=redis_prefix, redis_mode=redis_mode, lock_ttl=lock_ttl,
+            retention=retention, keep_last=keep_last,
         )  # fmt: skip
         self.clock = clock
         self.registry = Registry()
@@ -363,13 +368,7 @@ class App:
         )
 
     def node_settings(self) -> NodeSettings:
-        return NodeSettings(
-            lease=self.lease,
-            heartbeat=self.heartbeat,
-            poll_interval=self.poll_interval,
-            shutdown_grace=self.shutdown_grace,
-            max_payload=self.max_payload,
-        )
+        return self.settings.node()
 
     def worker(
         self,

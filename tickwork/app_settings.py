@@ -4,14 +4,17 @@ node or the store; App attributes such as ``app.lease`` read and write them."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 from typing import Any, Generic, Protocol, TypeVar, overload
 
 from tickwork import validate
 from tickwork.errors import InvalidInput
 from tickwork.lazy_store import resolve_url
 from tickwork.node.redis_locks import RedisMode
+from tickwork.node.settings import NodeSettings
 
 DEFAULT_MAX_PAYLOAD = 64 * 1024
+DEFAULT_RETENTION = timedelta(days=30)
 CLAIM_STRATEGIES = (None, "skip_locked", "optimistic")
 
 
@@ -36,11 +39,15 @@ class AppSettings:
     redis_mode: RedisMode | str = RedisMode.BEST_EFFORT
     """A ``RedisMode`` once built (given as its value, ``"required"``, or as one)."""
     lock_ttl: float | None = None
+    retention: timedelta | float | None = DEFAULT_RETENTION
+    """How long ended history is kept (a ``timedelta`` once built); None keeps everything."""
+    keep_last: int = 20
 
     def __post_init__(self) -> None:
         # Each group raises on its first bad value, in the order of App's parameters;
         # values are set only once all are good (the messages quote them as given).
         checked = {**self._url(), **self._timing(), **self._claim(), **self._limits(), **self._redis()}
+        checked |= self._retention()
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -91,6 +98,25 @@ class AppSettings:
                 "lock_ttl", self.lock_ttl, f"must be at least the lease ({self.lease} s): heartbeats extend it"
             )
         return {"redis_mode": mode, "lock_ttl": lock_ttl}
+
+    def _retention(self) -> dict[str, Any]:
+        validate.integer("keep_last", self.keep_last)
+        if self.keep_last < 0:
+            raise InvalidInput("keep_last", self.keep_last, "must be 0 or more executions")
+        if self.retention is None:
+            return {}
+        retention = validate.seconds("retention", self.retention, allow_zero=False)
+        return {"retention": timedelta(seconds=retention)}
+
+    def node(self) -> NodeSettings:
+        """What a node of this App runs by."""
+        retention = self.retention  # a timedelta or None once built
+        assert not isinstance(retention, (int, float))
+        return NodeSettings(
+            lease=self.lease, heartbeat=self.heartbeat, poll_interval=self.poll_interval,
+            shutdown_grace=self.shutdown_grace, max_payload=self.max_payload,
+            retention=retention, keep_last=self.keep_last,
+        )  # fmt: skip
 
 
 class _HasSettings(Protocol):

@@ -39,6 +39,13 @@ for _write in ("heartbeat", "result"):
     STALE_RESULTS.labels(write=_write)  # exported as 0 before the first one
 for _reason in ("lost", "max_runtime"):
     RECOVERED.labels(reason=_reason)
+PRUNED = Counter(
+    "tickwork_pruned_rows",
+    "Rows this node's retention deleted: old executions, and ended one-time tasks.",
+    ["kind"],  # "executions" or "tasks"
+)
+for _kind in ("executions", "tasks"):
+    PRUNED.labels(kind=_kind)
 RUNS = Counter(
     "tickwork_task_runs", "Runs recorded by this node, by task name and execution status.", ["task", "status"]
 )
@@ -99,6 +106,9 @@ class PrometheusStats:
 
     def slots(self, count: int) -> None:
         SLOTS.set(count)
+
+    def pruned(self, kind: str, count: int) -> None:
+        PRUNED.labels(kind=kind).inc(count)
 
 
 class QueueCollector(Collector):

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from tickwork.events import Events, for_outcome
 from tickwork.model import ErrorInfo, ExecutionStatus, OnLost
 from tickwork.node.health import StoreHealth
+from tickwork.node.pruner import Pruner
 from tickwork.node.settings import NodeSettings
 from tickwork.node.stats import NO_STATS, NodeStats
 from tickwork.schedules import failed_outcome, outcome_of
@@ -43,7 +44,8 @@ SLOW_CALL_LEASES = 0.5
 class ReconcilerLoop:
     """A node's reconciler thread: a pass every heartbeat, on a thread of its own so that a
     slow pass never delays renewals, paused while the store's answers cannot be trusted
-    (an outage kept owners from renewing just as long: their lapsed leases prove nothing)."""
+    (an outage kept owners from renewing just as long: their lapsed leases prove nothing).
+    The node's retention (``pruner``) runs after a pass, and pauses with it."""
 
     def __init__(
         self,
@@ -56,10 +58,11 @@ class ReconcilerLoop:
         events: Events | None,
         stats: NodeStats,
         on_recovered: Callable[[], None],
+        pruner: Pruner | None = None,
     ) -> None:
         self.store, self.settings, self.health = store, settings, health
         self.own, self.live, self.events, self.stats = own, live, events, stats
-        self.on_recovered = on_recovered
+        self.on_recovered, self.pruner = on_recovered, pruner
 
     def main(self, stop: threading.Event) -> None:
         waiting = False
@@ -72,6 +75,8 @@ class ReconcilerLoop:
                 continue
             waiting = False
             self.one_pass()
+            if self.pruner is not None and not stop.is_set():
+                self.pruner.maybe_prune()  # retention: a few bounded batches when due
             stop.wait(self.settings.heartbeat)
 
     def one_pass(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 
 from tickwork.errors import InvalidInput
 
@@ -19,6 +20,10 @@ class NodeSettings:
     """Seconds running runs get to finish at shutdown before they are interrupted."""
     max_payload: int = 64 * 1024
     """Largest JSON result, in bytes, that is stored."""
+    retention: timedelta | None = timedelta(days=30)
+    """How long ended history is kept (node/pruner.py); None keeps everything."""
+    keep_last: int = 20
+    """Executions of each recurring task kept whatever their age."""
 
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat < self.lease:

@@ -4,7 +4,7 @@ The node's parts call a ``NodeStats`` they are given and know nothing of Prometh
 ``NO_STATS`` (the default) ignores everything, which is what a unit test or an embedded
 node wants; tickwork/metrics.py's ``PrometheusStats`` is the implementation ``App.worker``
 passes, and any other sink (StatsD, OpenTelemetry, a test's recorder) implements the same
-six methods. Calls come from the node's hot paths and several threads: an implementation
+seven methods. Calls come from the node's hot paths and several threads: an implementation
 must be cheap and thread-safe, and must not raise.
 """
 
@@ -32,6 +32,9 @@ class NodeStats(Protocol):
     def slots(self, count: int) -> None:
         """The node now has ``count`` slots."""
 
+    def pruned(self, kind: str, count: int) -> None:
+        """Retention deleted ``count`` rows: ``"executions"`` or ``"tasks"``."""
+
 
 class NoStats:
     """Reports nothing."""
@@ -52,6 +55,9 @@ class NoStats:
         pass
 
     def slots(self, count: int) -> None:
+        pass
+
+    def pruned(self, kind: str, count: int) -> None:
         pass
 
 

@@ -38,6 +38,7 @@ from tickwork.node.executor import Executor
 from tickwork.node.health import StoreHealth
 from tickwork.node.isolation import prepare
 from tickwork.node.leases import Leases
+from tickwork.node.pruner import Pruner
 from tickwork.node.reconciler import ReconcilerLoop
 from tickwork.node.recorder import Recorder
 from tickwork.node.redis_locks import NodeLocks
@@ -119,7 +120,7 @@ class Worker:
         )  # fmt: skip
         self.reconciler = ReconcilerLoop(
             store, settings, self.health, own=self.runs.task_ids, live=locks.live if locks is not None else None,
-            events=self.events, stats=stats, on_recovered=self.wakeup.set,
+            events=self.events, stats=stats, on_recovered=self.wakeup.set, pruner=Pruner(store, settings, stats),
         )  # fmt: skip
         prepare([d.func for d in registry if d.options.isolation is Isolation.PROCESS])
         self.slots = RunThreads(0, self.runner.execute)  # started by run(): a built node holds no thread
