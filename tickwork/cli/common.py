@@ -31,6 +31,7 @@ from tickwork.errors import InvalidInput, TickworkError
 from tickwork.model import Execution
 from tickwork.redact import REDACTOR
 from tickwork.urls import path_from_url
+from tickwork.web.auth import parse_duration
 
 console = Console()
 """Every command prints through this one console (tests swap it for a wider one)."""
@@ -178,6 +179,27 @@ def errors_as_messages(func: Callable[..., R]) -> Callable[..., R]:
 
 
 # -- input --------------------------------------------------------------------------------
+
+
+class Duration(click.ParamType[float, Any]):
+    """An option's duration, written ``30s``, ``15m``, ``12h``, ``7d`` (or ``1h30m``), as
+    seconds; anything else is a usage error (exit 2) naming the option and the value."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        try:
+            seconds = parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if seconds <= 0:
+            self.fail(f"{value!r}: must be longer than 0s", param, ctx)
+        return seconds
+
+
+DURATION = Duration()
 
 
 def parse_json(field: str, text: str) -> Any:

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from tickwork.cli import admin, reports, serve, tasks, worker
+from tickwork.cli import admin, reports, retention, serve, tasks, worker
 from tickwork.cli.common import set_up_logging
 
 
@@ -31,6 +31,7 @@ for _command in (
     tasks.executions,
     reports.stats,
     reports.cron,
+    retention.prune,
     admin.db,
     admin.demo,
 ):
