@@ -204,3 +204,17 @@ def test_a_node_prunes_on_its_own(node_app: App) -> None:
         worker.stop()
         thread.join(30)
     assert not thread.is_alive()
+
+
+def test_prometheus_counts_pruned_rows_by_kind() -> None:
+    from prometheus_client import REGISTRY
+
+    from tickwork.metrics import PrometheusStats
+
+    def value(kind: str) -> float:
+        return REGISTRY.get_sample_value("tickwork_pruned_rows_total", {"kind": kind}) or 0.0
+
+    before = value("executions"), value("tasks")
+    PrometheusStats().pruned("executions", 7)
+    PrometheusStats().pruned("tasks", 2)
+    assert (value("executions"), value("tasks")) == (before[0] + 7, before[1] + 2)
