@@ -381,3 +381,36 @@ def test_a_slot_thread_survives_a_failing_run(store: FakeStore, clock: DrivenClo
     for thread in [t for t in threading.enumerate() if t.name.startswith("tickwork-run-")]:
         thread.join(5)
     assert len(seen) == 2
+
+
+def test_a_run_whose_lease_aged_while_it_waited_for_a_slot_is_never_started(
+    store: FakeStore, clock: DrivenClock
+) -> None:
+    """The node was frozen (SIGSTOP, a VM pause) with a run queued: on waking, a slot
+    thread may reach it before the monitor does. It must not start: another node may
+    own it by now."""
+    [task_id] = due(store, clock, 1)
+    ran: list[int] = []
+    reg = Registry()
+    reg.add("t.noop", lambda ctx: ran.append(ctx.task_id), TaskOptions())
+    node = worker(store, clock, reg=reg)
+    node.poll_once()
+    [run] = node.runs.runs()
+    clock.advance(0.8 * LEASE + 0.1)  # frozen: no heartbeat, no monitor
+    node.runner.execute(run)
+    assert ran == [] and run.cancel_reason is CancelReason.LOST
+    assert run.state is RunState.DONE and node.running == 0  # dropped: nothing written
+    [execution] = store.list_executions(task_id=task_id)
+    assert execution.status is ExecutionStatus.RUNNING  # left to the reconciler, which counts it lost
+
+
+def test_a_queued_run_renewed_by_heartbeats_starts_however_long_it_waited(store: FakeStore, clock: DrivenClock) -> None:
+    due(store, clock, 1)
+    node = worker(store, clock)
+    node.poll_once()
+    [run] = node.runs.runs()
+    for _ in range(10):  # ten heartbeats' worth of waiting, each renewing it
+        clock.advance(SETTINGS.heartbeat)
+        node.leases.heartbeat()
+    node.runner.execute(run)
+    assert run.cancel_reason is None and run.state is RunState.RECORDING

@@ -47,6 +47,7 @@ class Runner:
         monitor_wake: threading.Event | None = None,
         on_forget: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
+        unowned_after: float | None = None,
     ) -> None:
         self.store, self.node_id, self.runs = store, node_id, runs
         self.executor, self.recorder, self.prefetch = executor, recorder, prefetch
@@ -54,6 +55,10 @@ class Runner:
         self.monitor_wake = monitor_wake if monitor_wake is not None else threading.Event()
         self.on_forget = on_forget
         self.clock = clock
+        self.unowned_after = unowned_after
+        """Seconds after its last confirmed renewal from which a run is not started: the
+        monitor stops running runs at that age (leases.LEASE_SAFETY), and a run that
+        waited for a slot while the node was frozen must not start either."""
 
     def execute(self, run: Run) -> None:
         """The slot thread's whole job for one run; never raises, and never leaves the
@@ -72,6 +77,13 @@ class Runner:
     def _run(self, run: Run) -> RunResult | None:
         """Decide and run; the result to record, or None when the run was already
         handed on (skipped by the misfire policy, or stopped before it started)."""
+        if run.cancel_reason is None and self.unowned_after is not None:
+            waited = self.clock() - run.renewed_at
+            if waited > self.unowned_after:
+                # Frozen (SIGSTOP, a VM pause) with the run queued: its lease may have
+                # passed to another node before the monitor could judge it.
+                log.warning("task %s: lease not renewed for %.1f s while it waited for a slot", run.task_id, waited)
+                run.request_cancel(CancelReason.LOST)
         if run.cancel_reason is not None:  # it waited as prefetch and was cancelled or lost
             self.skip(run)
             return None

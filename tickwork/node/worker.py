@@ -37,7 +37,7 @@ from tickwork.node.claims import Claimer, Round
 from tickwork.node.executor import Executor
 from tickwork.node.health import StoreHealth
 from tickwork.node.isolation import prepare
-from tickwork.node.leases import Leases
+from tickwork.node.leases import LEASE_SAFETY, Leases
 from tickwork.node.pruner import Pruner
 from tickwork.node.reconciler import ReconcilerLoop
 from tickwork.node.recorder import Recorder
@@ -117,6 +117,7 @@ class Worker:
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
             monitor_wake=self.leases.wake, on_forget=self.wakeup.set, clock=clock,
+            unowned_after=settings.lease * LEASE_SAFETY,
         )  # fmt: skip
         self.reconciler = ReconcilerLoop(
             store, settings, self.health, own=self.runs.task_ids, live=locks.live if locks is not None else None,
