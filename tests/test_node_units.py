@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from tests.driven_clock import DrivenClock
 from tests.fake_store import FakeStore
 from tickwork.context import Context
 from tickwork.model import ExecutionStatus, Kind, Misfire, Overlap, Status
@@ -24,24 +25,6 @@ from tickwork.store.base import NewTask
 
 LEASE = 10.0
 SETTINGS = NodeSettings(lease=LEASE, heartbeat=2.0, poll_interval=1.0, shutdown_grace=0.0)
-
-
-class DrivenClock:
-    """The store's wall clock and the node's monotonic clock, moved together by hand."""
-
-    def __init__(self) -> None:
-        self.wall = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-        self.mono = 1000.0
-
-    def now(self) -> datetime:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def advance(self, seconds: float) -> None:
-        self.wall += timedelta(seconds=seconds)
-        self.mono += seconds
 
 
 class RecordingStats:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from tests.conftest import wait_for
+from tests.driven_clock import DrivenClock
 from tests.fake_store import FakeStore
 from tickwork import App, Context, Status
 from tickwork.errors import InvalidInput
@@ -57,22 +58,6 @@ def test_bad_retention_settings_name_the_field(given: dict[str, Any], field: str
 # -- the Pruner on the fake store --------------------------------------------------------
 
 
-class Clocks:
-    def __init__(self) -> None:
-        self.wall = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-        self.mono = 1000.0
-
-    def now(self) -> datetime:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def advance(self, seconds: float) -> None:
-        self.wall += timedelta(seconds=seconds)
-        self.mono += seconds
-
-
 class Recorder(NoStats):
     def __init__(self) -> None:
         self.seen: list[tuple[str, int]] = []
@@ -95,16 +80,16 @@ def ended(store: FakeStore, n: int) -> None:
 
 
 @pytest.fixture
-def clocks() -> Clocks:
-    return Clocks()
+def clocks() -> DrivenClock:
+    return DrivenClock()
 
 
-def make_pruner(store: FakeStore, clocks: Clocks, **settings: Any) -> tuple[Pruner, list[tuple[str, int]]]:
+def make_pruner(store: FakeStore, clocks: DrivenClock, **settings: Any) -> tuple[Pruner, list[tuple[str, int]]]:
     stats = Recorder()
     return Pruner(store, NodeSettings(**settings), stats, clock=clocks.monotonic), stats.seen
 
 
-def test_prunes_at_once_then_every_half_minute(clocks: Clocks) -> None:
+def test_prunes_at_once_then_every_half_minute(clocks: DrivenClock) -> None:
     store = FakeStore(clocks.now)
     ended(store, 3)
     p, seen = make_pruner(store, clocks, retention=timedelta(hours=1))
@@ -117,7 +102,7 @@ def test_prunes_at_once_then_every_half_minute(clocks: Clocks) -> None:
     assert store.list_tasks() == []
 
 
-def test_retention_none_never_prunes(clocks: Clocks) -> None:
+def test_retention_none_never_prunes(clocks: DrivenClock) -> None:
     store = FakeStore(clocks.now)
     ended(store, 2)
     clocks.advance(400 * 86400)
@@ -126,7 +111,7 @@ def test_retention_none_never_prunes(clocks: Clocks) -> None:
     assert len(store.list_tasks()) == 2
 
 
-def test_a_pass_is_bounded_and_a_full_one_comes_back_soon(clocks: Clocks, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pass_is_bounded_and_a_full_one_comes_back_soon(clocks: DrivenClock, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pruner, "BATCH_ROWS", 2)
     monkeypatch.setattr(pruner, "PASS_BATCHES", 2)
     store = FakeStore(clocks.now)
@@ -139,7 +124,7 @@ def test_a_pass_is_bounded_and_a_full_one_comes_back_soon(clocks: Clocks, monkey
     assert store.list_tasks() == []
 
 
-def test_a_failing_store_is_logged_not_raised(clocks: Clocks, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_store_is_logged_not_raised(clocks: DrivenClock, caplog: pytest.LogCaptureFixture) -> None:
     store = FakeStore(clocks.now)
 
     def broken(*args: Any, **kwargs: Any) -> PruneCounts:
