@@ -121,7 +121,7 @@ class Worker:
         )  # fmt: skip
         self.reconciler = ReconcilerLoop(
             store, settings, self.health, own=self.runs.task_ids, live=locks.live if locks is not None else None,
-            events=self.events, stats=stats, on_recovered=self.wakeup.set, pruner=Pruner(store, settings, stats),
+            events=self.events, stats=stats, on_recovered=self.wakeup.set, pruner=Pruner(store, settings, stats, clock),
         )  # fmt: skip
         prepare([d.func for d in registry if d.options.isolation is Isolation.PROCESS])
         self.slots = RunThreads(0, self.runner.execute)  # started by run(): a built node holds no thread
