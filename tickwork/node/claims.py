@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from tickwork.model import Claim
-from tickwork.node.health import StoreHealth
+from tickwork.node.health import SLOW_CALL_LEASES, StoreHealth
 from tickwork.node.redis_locks import NodeLocks
 from tickwork.node.settings import NodeSettings
 from tickwork.store.base import Store
@@ -30,9 +30,6 @@ MAX_ERROR_PAUSE_S = 1.0
 store answering again (each failing try is one connection attempt, cheap for a server)."""
 FAILURE_LOG_EVERY = 30
 """While claims keep failing, one log line per this many failures after the first."""
-# A store call that kept its caller waiting this many leases may have let leases lapse:
-# it counts as an outage (see health.py).
-SLOW_CALL_LEASES = 0.5
 # How far this node's estimate of the store's clock may be off (half a round trip).
 CLOCK_ESTIMATE_MARGIN_S = 0.1
 

@@ -17,6 +17,10 @@ import threading
 import time
 from collections.abc import Callable
 
+SLOW_CALL_LEASES = 0.5
+"""A store call that kept its caller waiting this many leases may have let leases lapse:
+it counts as an outage (``StoreHealth.slow``), for claims, renewals and reaping alike."""
+
 
 class StoreHealth:
     def __init__(self, grace: float, clock: Callable[[], float] = time.monotonic) -> None:

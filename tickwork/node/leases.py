@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from tickwork.model import Renewal
-from tickwork.node.health import StoreHealth
+from tickwork.node.health import SLOW_CALL_LEASES, StoreHealth
 from tickwork.node.redis_locks import NodeLocks
 from tickwork.node.renewer import Renewer
 from tickwork.node.run import CancelReason, Run
@@ -34,9 +34,6 @@ log = logging.getLogger("tickwork.worker")
 # A run whose lease could not be renewed for this fraction of the lease cancels itself
 # rather than keep running unowned.
 LEASE_SAFETY = 0.8
-# A store call that kept its caller waiting this many leases may have let leases lapse:
-# it counts as an outage (see health.py).
-SLOW_CALL_LEASES = 0.5
 
 
 class Leases:

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 from tickwork.events import Events, for_outcome
 from tickwork.model import ErrorInfo, ExecutionStatus, OnLost
-from tickwork.node.health import StoreHealth
+from tickwork.node.health import SLOW_CALL_LEASES, StoreHealth
 from tickwork.node.pruner import Pruner
 from tickwork.node.settings import NodeSettings
 from tickwork.node.stats import NO_STATS, NodeStats
@@ -36,9 +36,6 @@ BATCH = 100
 SPARED_PAGES = 10
 # A node row whose heartbeat is older than this (and three leases) belongs to a dead node.
 NODE_TTL_FLOOR_S = 60.0
-# A store call that kept its caller waiting this many leases may have let leases lapse:
-# it counts as an outage (see health.py).
-SLOW_CALL_LEASES = 0.5
 
 
 class ReconcilerLoop:
