@@ -7,10 +7,12 @@ meet in one store, the SQLite file and the fake run on a driven clock.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +22,10 @@ from tests.test_store_contract import NAME, claim_one, executions_of, insert_one
 from tickwork.errors import InvalidInput
 from tickwork.model import ExecutionStatus, PruneCounts, Status, Task
 from tickwork.schedules import outcome_of
-from tickwork.store import Store, open_store
+from tickwork.store import Store, open_store, retention
+from tickwork.store.dialect import Dialect, Row, Session
+from tickwork.store.postgres import translate
+from tickwork.store.sql import SQLStore
 
 HOUR = timedelta(hours=1)
 
@@ -228,3 +233,79 @@ def test_only_ended_names_matter_not_other_tasks(store: Store) -> None:
     claim_one(store)
     assert prune_all(store, later(store)).tasks == 1
     assert store.get_task(done.id) is None
+
+
+# -- a task changed between the pick and the delete ---------------------------------------
+
+# A retry of the task that already ran again: the task written after the cutoff, and a
+# new attempt (RUNNING, or ended after the cutoff).
+RETRIED = {
+    "test_retry_task": "UPDATE tickwork_tasks SET status = :status, updated_at = :at WHERE id = :id",
+    "test_retry_run": "INSERT INTO tickwork_executions"
+    " (task_id, attempt, scheduled_for, started_at, finished_at, status)"
+    " VALUES (:id, 2, :at, :at, :finished_at, :run_status)",
+}
+
+
+class RetriedAfterPick:
+    """A session of ``retention.prune``'s transaction that, right after the pick, retries
+    a picked task in that same transaction (no other writer can get in between: SQLite's
+    file lock and PostgreSQL's row locks see to that), as if the retry came first."""
+
+    def __init__(self, session: Session, retry: Mapping[str, Any]) -> None:
+        self.session, self.retry = session, retry
+
+    def fetch_all(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        rows = self.session.fetch_all(query, params)
+        if query == "prune_pick_tasks":
+            assert self.retry["id"] in [int(r["id"]) for r in rows]
+            assert self.session.execute("test_retry_task", self.retry) == 1
+            assert self.session.execute("test_retry_run", self.retry) == 1
+        return rows
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+
+class Meddling:
+    """The store's dialect, its write transactions' sessions wrapped in RetriedAfterPick."""
+
+    def __init__(self, d: Dialect, retry: Mapping[str, Any]) -> None:
+        self.d, self.retry = d, retry
+        texts = RETRIED if "sqlite" in type(d).__name__.lower() else {k: translate(v) for k, v in RETRIED.items()}
+        d.texts = {**d.texts, **texts}  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[RetriedAfterPick]:
+        with self.d.transaction() as s:
+            yield RetriedAfterPick(s, self.retry)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.d, name)
+
+
+@real_stores_only("runs the SQL stores' statements one by one")
+@pytest.mark.parametrize("again", [ExecutionStatus.RUNNING, ExecutionStatus.FAILED])
+def test_a_task_retried_after_the_pick_keeps_its_executions(store: Store, again: ExecutionStatus) -> None:
+    assert isinstance(store, SQLStore)
+    retried = ended_one_time(store, "t.retried", ExecutionStatus.FAILED)
+    gone = ended_one_time(store, "t.gone")
+    cutoff = later(store)
+    d, at = store.dialect, cutoff + HOUR
+    retry = {
+        "id": retried.id,
+        "status": "RUNNING" if again is ExecutionStatus.RUNNING else "FAILED",
+        "at": d.encode_time(at),
+        "finished_at": None if again is ExecutionStatus.RUNNING else d.encode_time(at),
+        "run_status": again.value,
+    }
+    counts = retention.prune(Meddling(d, retry), cutoff, 20, 100)  # type: ignore[arg-type]
+    assert store.get_task(gone.id) is None
+    assert store.get_task(retried.id) is not None
+    runs = [(e.attempt, e.status) for e in executions_of(store, retried.id)]
+    if again is ExecutionStatus.RUNNING:  # a running task's executions are all kept
+        assert counts == PruneCounts(executions=1, tasks=1)
+        assert runs == [(2, ExecutionStatus.RUNNING), (1, ExecutionStatus.FAILED)]
+    else:  # its first attempt is old by itself, its second is young
+        assert counts == PruneCounts(executions=2, tasks=1)
+        assert runs == [(2, ExecutionStatus.FAILED)]

@@ -15,8 +15,13 @@ LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 
 -- name: prune_task_executions
-DELETE FROM tickwork_executions WHERE task_id = ANY(:ids::bigint[]);
+-- The picked tasks' executions, each task checked again as in retention.sql.
+DELETE FROM tickwork_executions e
+USING tickwork_tasks t
+WHERE t.id = ANY(:ids::bigint[]) AND e.task_id = t.id
+  AND t.kind = 'ONE_TIME' AND t.status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND t.updated_at < :cutoff;
 
 -- name: prune_tasks
 DELETE FROM tickwork_tasks
-WHERE id = ANY(:ids::bigint[]) AND kind = 'ONE_TIME' AND status IN ('COMPLETED', 'FAILED', 'CANCELLED');
+WHERE id = ANY(:ids::bigint[])
+  AND kind = 'ONE_TIME' AND status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND updated_at < :cutoff;

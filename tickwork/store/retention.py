@@ -34,8 +34,9 @@ def prune(d: Dialect, older_than: datetime, keep_last: int, limit: int, *, dry_r
             return PruneCounts(busy=True)
         ids = [int(r["id"]) for r in s.fetch_all("prune_pick_tasks", params)]
         executions = tasks = 0
-        if ids:
-            executions = s.execute("prune_task_executions", {"ids": d.encode_ids(ids)})
-            tasks = s.execute("prune_tasks", {"ids": d.encode_ids(ids)})
+        if ids:  # each delete checks its task again: one changed since the pick stays whole
+            picked = {"ids": d.encode_ids(ids), "cutoff": params["cutoff"]}
+            executions = s.execute("prune_task_executions", picked)
+            tasks = s.execute("prune_tasks", picked)
         executions += s.execute("prune_executions", params)
     return PruneCounts(executions, tasks)

@@ -13,13 +13,18 @@ ORDER BY updated_at
 LIMIT :limit;
 
 -- name: prune_task_executions
--- The executions of the picked tasks (before the tasks: SQLite would cascade uncounted).
-DELETE FROM tickwork_executions WHERE task_id IN (SELECT value FROM json_each(:ids));
+-- The executions of the picked tasks (before the tasks: SQLite would cascade uncounted)
+-- that are still ended and old: one retried or changed since the pick keeps its own.
+DELETE FROM tickwork_executions
+WHERE task_id IN (
+    SELECT id FROM tickwork_tasks
+    WHERE id IN (SELECT value FROM json_each(:ids))
+      AND kind = 'ONE_TIME' AND status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND updated_at < :cutoff);
 
 -- name: prune_tasks
 DELETE FROM tickwork_tasks
 WHERE id IN (SELECT value FROM json_each(:ids))
-  AND kind = 'ONE_TIME' AND status IN ('COMPLETED', 'FAILED', 'CANCELLED');
+  AND kind = 'ONE_TIME' AND status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND updated_at < :cutoff;
 
 -- name: prune_executions
 -- Ended executions that finished before :cutoff, oldest first, except a recurring
