@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tickwork.binding import check_signature
 from tickwork.errors import InvalidInput, UnknownTask
 from tickwork.model import Misfire, OnLost, Overlap
 
@@ -41,6 +42,9 @@ class TaskOptions:
     max_runtime: float | None = None
     isolation: Isolation = Isolation.THREAD
     kill_grace: float = 5.0
+    context: bool = True
+    """Whether the node passes the run's ``Context`` as the first argument; False
+    calls ``func(*args, **kwargs)``, for functions that have no use for it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +64,10 @@ class Registry:
         self._by_func: dict[Callable[..., Any], TaskDef] = {}
 
     def add(self, name: str, func: Callable[..., Any], options: TaskOptions) -> TaskDef:
+        """Register ``func`` under ``name``; refused, and nothing registered, when a node
+        could not call it as ``options.context`` says (checked here so that every way of
+        registering checks it)."""
+        check_signature(func, options.context)
         existing = self._by_name.get(name)
         if existing is not None and existing.func is not func:
             raise InvalidInput("name", name, "another function is already registered under this name")
