@@ -89,18 +89,20 @@ class Executor:
 
     def execute(self, run: Run, ctx: Context) -> RunResult:
         task = run.claim.task
-        func = run.definition.func
+        func, options = run.definition.func, run.definition.options
+        args = [ctx, *task.args] if options.context else task.args  # context=False: func(*args, **kwargs)
         try:
-            if run.definition.options.isolation is Isolation.PROCESS:
-                options = run.definition.options
+            if options.isolation is Isolation.PROCESS:
                 arguments = (task.args, task.kwargs)
-                value, note = run_in_process(run, ctx, func, arguments, options.kill_grace, self.max_result_bytes)
+                value, note = run_in_process(
+                    run, ctx, func, arguments, options.kill_grace, self.max_result_bytes, context=options.context
+                )
                 if note is not None and run.cancel_reason is None:
                     return RunResult(ExecutionStatus.COMPLETED, note=note)
             elif run.definition.is_async:
-                value = self.async_runner.run(run, func(ctx, *task.args, **task.kwargs))
+                value = self.async_runner.run(run, func(*args, **task.kwargs))
             else:
-                value = func(ctx, *task.args, **task.kwargs)
+                value = func(*args, **task.kwargs)
         except (Cancelled, asyncio.CancelledError, concurrent.futures.CancelledError, ChildCancelled) as exc:
             if run.cancel_reason is None:  # raised by the task itself, not by us
                 return RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))

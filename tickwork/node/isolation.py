@@ -118,9 +118,12 @@ def run_in_process(
     arguments: tuple[list[Any], dict[str, Any]],
     kill_grace: float,
     max_result_bytes: int,
+    *,
+    context: bool,
 ) -> tuple[Any, str | None]:
     """Run ``func`` in a child process; return its (JSON) result and a note on it.
-    ``ctx.heartbeat()`` in the child renews the lease through the node (``ctx`` here).
+    ``ctx.heartbeat()`` in the child renews the lease through the node (``ctx`` here);
+    with ``context`` False the child calls ``func(*args, **kwargs)``, without one.
 
     Raises ``ChildFailed`` for an error in the task, ``ChildCancelled`` when the run was
     cancelled and the child stopped."""
@@ -136,6 +139,7 @@ def run_in_process(
         "scheduled_for": ctx.scheduled_for.isoformat(),
         "fence": ctx.fence,
         "max_result_bytes": max_result_bytes,
+        "context": context,
     }
     # Not a daemon: a task may start processes of its own (a Pool); the supervisor, the
     # watchdog and the finally below make sure no child is left behind.
@@ -305,12 +309,14 @@ def _child_main(
     )
     link.start()
     args, kwargs = json.loads(args_json), json.loads(kwargs_json)
+    if info["context"]:
+        args.insert(0, ctx)
     try:
         if inspect.iscoroutinefunction(func):
-            value = asyncio.run(_run_async(func, ctx, args, kwargs, flag))
+            value = asyncio.run(_run_async(func, args, kwargs, flag))
         else:
             signal.signal(signal.SIGTERM, _raise_cancelled(flag))
-            value = func(ctx, *args, **kwargs)
+            value = func(*args, **kwargs)
     except BaseException as exc:  # reported to the node, whatever it is
         message = {"kind": "error", "type": type(exc).__qualname__, "message": str(exc), "traceback": _format(exc)}
     else:
@@ -363,9 +369,7 @@ def _raise_cancelled(flag: CancelFlag) -> Callable[[int, FrameType | None], None
     return handler
 
 
-async def _run_async(
-    func: Callable[..., Any], ctx: Context, args: list[Any], kwargs: dict[str, Any], flag: CancelFlag
-) -> Any:
+async def _run_async(func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], flag: CancelFlag) -> Any:
     task = asyncio.current_task()
     assert task is not None
 
@@ -375,7 +379,7 @@ async def _run_async(
             task.cancel()
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, cancel)
-    return await func(ctx, *args, **kwargs)
+    return await func(*args, **kwargs)
 
 
 def _format(exc: BaseException) -> str:
