@@ -15,11 +15,14 @@ LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 
 -- name: prune_task_executions
--- The picked tasks' executions, each task checked again as in retention.sql.
-DELETE FROM tickwork_executions e
-USING tickwork_tasks t
-WHERE t.id = ANY(:ids::bigint[]) AND e.task_id = t.id
-  AND t.kind = 'ONE_TIME' AND t.status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND t.updated_at < :cutoff;
+-- The picked tasks' executions, each task checked again as in retention.sql. The tasks
+-- still ended and old are found first, as one array: the delete then walks the index of
+-- their executions (tickwork_executions_task) and never the table.
+DELETE FROM tickwork_executions
+WHERE task_id = ANY(ARRAY(
+    SELECT id FROM tickwork_tasks
+    WHERE id = ANY(:ids::bigint[])
+      AND kind = 'ONE_TIME' AND status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND updated_at < :cutoff));
 
 -- name: prune_tasks
 DELETE FROM tickwork_tasks

@@ -27,9 +27,10 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND kind = 'ONE_TIME' AND status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND updated_at < :cutoff;
 
 -- name: prune_executions
--- Ended executions that finished before :cutoff, oldest first, except a recurring
--- task's newest :keep_last (those with an id above its (:keep_last + 1)-th newest's)
--- and any of a task that is running. An execution whose task is gone goes by age.
+-- Ended executions that finished before :cutoff, oldest first (tickwork_executions_ended:
+-- with nothing old, one index lookup), except a recurring task's newest :keep_last (those
+-- with an id above its (:keep_last + 1)-th newest's) and any of a task that is running.
+-- An execution whose task is gone goes by age.
 DELETE FROM tickwork_executions
 WHERE id IN (
     SELECT e.id FROM tickwork_executions e LEFT JOIN tickwork_tasks t ON t.id = e.task_id
@@ -37,7 +38,7 @@ WHERE id IN (
       AND (t.id IS NULL OR (t.status <> 'RUNNING' AND (t.kind = 'ONE_TIME' OR e.id <= (
           SELECT k.id FROM tickwork_executions k WHERE k.task_id = e.task_id
           ORDER BY k.id DESC LIMIT 1 OFFSET :keep_last))))
-    ORDER BY e.id
+    ORDER BY e.finished_at
     LIMIT :limit)
   AND status <> 'RUNNING';
 
@@ -55,7 +56,7 @@ WITH doomed AS (
       AND (t.id IS NULL OR (t.status <> 'RUNNING' AND (t.kind = 'ONE_TIME' OR e.id <= (
           SELECT k.id FROM tickwork_executions k WHERE k.task_id = e.task_id
           ORDER BY k.id DESC LIMIT 1 OFFSET :keep_last))))
-    ORDER BY e.id
+    ORDER BY e.finished_at
     LIMIT :limit
 )
 SELECT (SELECT COUNT(*) FROM doomed) AS tasks,
