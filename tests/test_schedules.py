@@ -136,6 +136,14 @@ def make_task(**overrides: Any) -> Task:
         "on_lost": OnLost.RETRY,
         "cancel_run_only": False,
         "max_runtime": None,
+        "until": None,
+        "max_runs": None,
+        "origin": None,
+        "declared_at": None,
+        "revision": 0,
+        "replan_at": None,
+        "replan_run_at": None,
+        "existed": False,
     }
     unknown = set(overrides) - set(fields)
     assert not unknown, f"make_task: unknown Task fields {unknown}"

@@ -10,28 +10,27 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from tickwork import missed_slots, planning, validate
+from tickwork.app_node import NodeMixin
 from tickwork.app_settings import DEFAULT_MAX_PAYLOAD, DEFAULT_RETENTION, AppSettings, Setting
 from tickwork.clock import Clock, utcnow
+from tickwork.declarations import Declarations
 from tickwork.errors import InvalidState, TaskNotFound
 from tickwork.events import Events, Hook
 from tickwork.lazy_store import LazyStore
-from tickwork.locks import RedisLocks
 from tickwork.model import Execution, ExecutionStatus, Misfire, Node, OnLost, Overlap, Stats, Status, Task
-from tickwork.node.redis_locks import NodeLocks, RedisMode
-from tickwork.node.settings import NodeSettings
+from tickwork.node.redis_locks import RedisMode
 from tickwork.registry import Isolation, Registry, TaskOptions
 from tickwork.store import Store
 
 if TYPE_CHECKING:
-    from tickwork.node.autoscale import Autoscaler
-    from tickwork.node.worker import Worker
+    pass
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 RESUME_ATTEMPTS = 3
 
 
-class App:
+class App(NodeMixin):
     """Register tasks with ``@app.task``, schedule them, run nodes with ``run_worker``."""
 
     lease: Setting[float] = Setting()
@@ -83,6 +82,8 @@ class App:
         self.wakeup = threading.Event()
         """Set when this process schedules or triggers something, to wake a local node."""
         self._store = LazyStore(url)
+        self.declarations = Declarations()
+        """The schedules declared with ``@app.periodic``."""
 
     # -- store --------------------------------------------------------------------------
 
@@ -96,15 +97,6 @@ class App:
     def store(self) -> Store:
         """The store, opened and migrated to the latest schema on first use."""
         return self._store.get(clock=self.clock, claim=self.claim_strategy)
-
-    def node_locks(self) -> NodeLocks | None:
-        """A node's Redis locks, when ``redis_url`` is set (each node has its own connection)."""
-        if self.redis_url is None:
-            return None
-        locks = RedisLocks(self.redis_url, self.redis_prefix)
-        return NodeLocks(
-            locks, mode=self.redis_mode, lease=self.lease, heartbeat=self.heartbeat, lock_ttl=self.lock_ttl
-        )
 
     def on(self, event: str) -> Callable[[Hook], Hook]:
         """Register a hook for an event (see ``events.EVENTS``): ``@app.on("execution_failed")``.
@@ -140,6 +132,7 @@ class App:
         max_runtime: float | None = None,
         isolation: Isolation | str = Isolation.THREAD,
         kill_grace: float = 5.0,
+        context: bool = True,
     ) -> Callable[[F], F]: ...
 
     def task(  # type: ignore[misc]  # mypy 2.4 rejects this valid overload pair
@@ -161,6 +154,7 @@ class App:
         max_runtime: float | None = None,
         isolation: Isolation | str = Isolation.THREAD,
         kill_grace: float = 5.0,
+        context: bool = True,
     ) -> Any:
         """Register a function as a task; it stays a plain callable.
 
@@ -178,6 +172,7 @@ class App:
                 timeout=timeout, max_retries=max_retries, retry_backoff=retry_backoff, misfire=misfire,
                 misfire_grace=misfire_grace, jitter=jitter, priority=priority, max_catchup=max_catchup,
                 overlap=overlap, on_lost=on_lost, max_runtime=max_runtime, isolation=isolation, kill_grace=kill_grace,
+                context=context,
             )
         )  # fmt: skip
 
@@ -210,20 +205,29 @@ class App:
         priority: int | None = None,
         max_catchup: int | None = None,
         overlap: Overlap | str | None = None,
+        until: datetime | None = None,
+        max_runs: int | None = None,
+        replace: bool = False,
     ) -> Task:
         """Schedule ``task`` once (now, after ``delay``, ``at`` a time) or recurring
-        (``cron`` in ``timezone``, or ``every``). Returns the stored task; with ``key``,
-        the live task already holding that key if there is one."""
+        (``cron`` in ``timezone``, or ``every``; ``until`` an aware time, at most
+        ``max_runs`` runs, after which it ends COMPLETED). Returns the stored task.
+
+        With ``key``: when a live task already holds it, that task is returned
+        unchanged, with ``existed=True``; ``replace=True`` updates it in place to this
+        call's definition instead, as ``update()`` would (``existed`` is True too)."""
         given = planning.ScheduleArgs(
             args=args, kwargs=kwargs, delay=delay, at=at, cron=cron, timezone=timezone, every=every,
             key=key, misfire=misfire, misfire_grace=misfire_grace, jitter=jitter, timeout=timeout,
             max_retries=max_retries, retry_backoff=retry_backoff, priority=priority, max_catchup=max_catchup,
-            overlap=overlap,
+            overlap=overlap, until=until, max_runs=max_runs,
         )  # fmt: skip
         definition = self.registry.resolve(task)
         request = planning.check(definition, given, max_payload=self.max_payload, misfire_grace=self.misfire_grace)
         new = planning.new_task(request, self.store.approximate_now())
         [stored] = self.store.insert_tasks([new], max_pending=self.max_pending)
+        if stored.existed and replace:
+            return self._replace(stored, new, start_given=delay is not None or at is not None)
         self.wakeup.set()
         return stored
 
@@ -335,63 +339,3 @@ class App:
         if task is None:
             raise TaskNotFound(task_id)
         return task
-
-    # -- running ------------------------------------------------------------------------------------
-
-    def run_worker(
-        self,
-        concurrency: int = 8,
-        *,
-        max_concurrency: int | None = None,
-        scale_up_age: float = 5.0,
-        scale_down_after: float = 30.0,
-        prefetch: int | None = None,
-        install_signals: bool = True,
-    ) -> None:
-        """Run a node in this thread until SIGINT/SIGTERM (or ``Worker.stop``).
-
-        ``max_concurrency`` turns on autoscaling: the node starts with ``concurrency``
-        slots, grows toward ``max_concurrency`` while every slot is busy and the oldest
-        due task is ``scale_up_age`` seconds old or more, and shrinks back after
-        ``scale_down_after`` seconds with idle slots and no such backlog.
-        ``prefetch``: claims held beyond the busy slots; None adapts it to how long runs
-        take (see ``worker.Prefetch``), 0 claims only free slots."""
-        from tickwork.node.autoscale import Autoscaler
-
-        autoscaler = None
-        if max_concurrency is not None:
-            autoscaler = Autoscaler(
-                concurrency, max_concurrency, scale_up_age=scale_up_age, scale_down_after=scale_down_after
-            )
-        self.worker(concurrency=concurrency, prefetch=prefetch, autoscaler=autoscaler).run(
-            install_signals=install_signals
-        )
-
-    def node_settings(self) -> NodeSettings:
-        return self.settings.node()
-
-    def worker(
-        self,
-        *,
-        concurrency: int = 8,
-        prefetch: int | None = None,
-        autoscaler: Autoscaler | None = None,
-        node_id: str | None = None,
-    ) -> Worker:
-        """A node for this App's tasks, store, hooks and settings (not started: ``run()``)."""
-        from tickwork.metrics import PrometheusStats
-        from tickwork.node.worker import Worker
-
-        return Worker(
-            self.store,
-            self.registry,
-            self.node_settings(),
-            events=self.events,
-            wakeup=self.wakeup,
-            locks=self.node_locks(),
-            concurrency=concurrency,
-            prefetch=prefetch,
-            node_id=node_id,
-            autoscaler=autoscaler,
-            stats=PrometheusStats(),
-        )

@@ -86,3 +86,23 @@ class QueueFull(TickworkError):
 
 class StoreError(TickworkError):
     """The store could not be opened or its schema is not usable."""
+
+
+class KeyHeld(InvalidState):
+    """The operation would give a second live task the idempotency key another one holds."""
+
+    def __init__(self, task_id: int, status: str, operation: str, key: str, holder: int | None) -> None:
+        self.key = key
+        self.holder = holder
+        super().__init__(task_id, status, operation)
+        held_by = f"live task {holder}" if holder is not None else "another live task"
+        self.args = (f"{self.args[0]}: key={key!r} is held by {held_by}",)
+
+
+class EditConflict(TickworkError):
+    """The task kept changing (claimed, ended, edited elsewhere) while an edit was being
+    applied: nothing was changed. Read it again and retry."""
+
+    def __init__(self, task_id: int) -> None:
+        self.task_id = task_id
+        super().__init__(f"task_id={task_id}: the task changed while it was being edited; nothing was changed")

@@ -127,6 +127,24 @@ class Task:
     max_runtime: float | None = None
     """Seconds a run may take, counted from its claim, before any node's reconciler ends
     it TIMED_OUT even though its node still renews the lease (None: no limit)."""
+    until: datetime | None = None
+    """No slot after this instant: the recurring task then ends COMPLETED."""
+    max_runs: int | None = None
+    """No run after the ``max_runs``-th (counted as ``run_count``): then COMPLETED."""
+    origin: str | None = None
+    """``"code"`` for a schedule declared with ``@app.periodic`` (``sync_schedules``
+    owns it); None for one scheduled at runtime, which a sync never touches."""
+    declared_at: datetime | None = None
+    """For a code schedule: when the declaration set that last wrote it was first seen."""
+    revision: int = 0
+    """Bumped by every edit (update, retry, sync); ``version`` is bumped by claims."""
+    replan_at: datetime | None = None
+    """An edit of this running task's schedule: the slot it moves to when the run ends."""
+    replan_run_at: datetime | None = None
+    """With ``replan_at``: that slot's dispatch time (the slot plus its jitter)."""
+    existed: bool = dataclasses.field(default=False, compare=False)
+    """Only on what ``schedule(key=...)`` returns: True when a live task already held the
+    key and was returned unchanged (``replace=True`` updates it instead)."""
 
     def schedule_text(self) -> str:
         """The schedule in one short line: ``cron 0 9 * * 1-5 (Europe/Berlin)``,
@@ -143,12 +161,21 @@ class Task:
         if count < 1 or (self.cron is None and self.interval is None):
             return []
         if count == 1:
-            return [self.scheduled_at]
+            return self._within_ends([self.scheduled_at])
         if self.cron is not None:
             later = fire_times(cron=self.cron, timezone=self.timezone, after=self.scheduled_at, n=count - 1)
         else:
             later = fire_times(every=self.interval, anchor=self.scheduled_at, after=self.scheduled_at, n=count - 1)
-        return [self.scheduled_at, *later]
+        return self._within_ends([self.scheduled_at, *later])
+
+    def _within_ends(self, slots: list[datetime]) -> list[datetime]:
+        """``slots`` cut at the schedule's ends: none after ``until``, no more than the
+        runs ``max_runs`` leaves."""
+        if self.until is not None:
+            slots = [slot for slot in slots if slot <= self.until]
+        if self.max_runs is not None:
+            slots = slots[: max(self.max_runs - self.run_count, 0)]
+        return slots
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)
@@ -217,6 +244,8 @@ def _to_dict(obj: Any) -> dict[str, Any]:
     """JSON-ready dict: enums as their values, datetimes as ISO 8601 in UTC."""
     out: dict[str, Any] = {}
     for field in dataclasses.fields(obj):
+        if not field.compare:
+            continue  # a fact about the call that returned the object, not about it
         value = getattr(obj, field.name)
         if isinstance(value, enum.Enum):
             value = value.value
@@ -266,6 +295,10 @@ class NewTask:
     parent_id: int | None = None
     on_lost: OnLost = OnLost.RETRY
     max_runtime: float | None = None
+    until: datetime | None = None
+    max_runs: int | None = None
+    origin: str | None = None
+    declared_at: datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from tickwork import validate
+from tickwork import binding, validate
 from tickwork.codec import check_json, dumps
 from tickwork.cron import CronSchedule, parse_timezone
 from tickwork.errors import InvalidInput, PayloadTooLarge
@@ -61,6 +61,8 @@ class ScheduleArgs:
     priority: int | None = None
     max_catchup: int | None = None
     overlap: Overlap | str | None = None
+    until: datetime | None = None
+    max_runs: int | None = None
 
 
 SCHEDULE_FIELDS = tuple(f.name for f in dataclasses.fields(ScheduleArgs))
@@ -85,12 +87,20 @@ class Request:
     """The task's registered options with the call's overrides applied."""
     misfire_grace: float
     """The grace that applies: the call's, else the registration's, else the App's."""
+    until: datetime | None = None
+    max_runs: int | None = None
 
 
-def check(definition: TaskDef, given: ScheduleArgs, *, max_payload: int, misfire_grace: float) -> Request:
+def check(
+    definition: TaskDef, given: ScheduleArgs, *, max_payload: int, misfire_grace: float, bind: bool = True
+) -> Request:
     """Refuse a bad ``schedule()`` call, naming the first bad field (in the order the
-    arguments are read: payload, schedule form, start, then per-task options)."""
+    arguments are read: payload, arguments against the function's signature, schedule
+    form, start, then per-task options). ``bind=False``: ``definition`` is not the
+    registered function (an edit in a process that does not register it)."""
     args, kwargs = payload(given.args, given.kwargs, max_payload)
+    if bind:
+        binding.check_call(definition, args, kwargs)
     if given.cron is not None and given.every is not None:
         raise InvalidInput("every", given.every, "give either cron or every, not both")
     if given.delay is not None and given.at is not None:
@@ -107,6 +117,7 @@ def check(definition: TaskDef, given: ScheduleArgs, *, max_payload: int, misfire
         IntervalSchedule(interval)
     if given.key is not None:
         validate.text("key", given.key)
+    until, max_runs = _ends(given, recurring=cron is not None or interval is not None)
     overrides = {name: getattr(given, name) for name in OVERRIDABLE if getattr(given, name) is not None}
     options = dataclasses.replace(definition.options, **validate.task_options(**overrides))
     return Request(
@@ -121,7 +132,25 @@ def check(definition: TaskDef, given: ScheduleArgs, *, max_payload: int, misfire
         key=given.key,
         options=options,
         misfire_grace=misfire_grace if options.misfire_grace is None else options.misfire_grace,
+        until=until,
+        max_runs=max_runs,
     )
+
+
+def _ends(given: ScheduleArgs, *, recurring: bool) -> tuple[datetime | None, int | None]:
+    """``until`` and ``max_runs``, which only a recurring schedule has."""
+    until = None if given.until is None else validate.moment("until", given.until)
+    max_runs = None
+    if given.max_runs is not None:
+        max_runs = validate.count("max_runs", given.max_runs, "must be a whole number, 1 or more")
+        if max_runs > validate.MAX_INT32:
+            raise InvalidInput("max_runs", max_runs, f"must be at most {validate.MAX_INT32}")
+    if not recurring:
+        if given.until is not None:
+            raise InvalidInput("until", given.until, "only applies to recurring schedules (cron or every)")
+        if given.max_runs is not None:
+            raise InvalidInput("max_runs", given.max_runs, "only applies to recurring schedules (cron or every)")
+    return until, max_runs
 
 
 def check_items(
@@ -159,6 +188,8 @@ def new_task(request: Request, now: datetime, *, seed: int | None = None) -> New
 
     ``seed`` spreads the first slot's jitter (default: ``first_slot_seed`` of the key)."""
     kind, scheduled_at = first_slot(request, now)
+    if request.until is not None and scheduled_at > request.until:
+        raise InvalidInput("until", request.until, f"is before the first slot, {scheduled_at.isoformat()}")
     options = request.options
     jitter = jitter_offset(first_slot_seed(request.key) if seed is None else seed, scheduled_at, options.jitter)
     return NewTask(
@@ -183,6 +214,8 @@ def new_task(request: Request, now: datetime, *, seed: int | None = None) -> New
         overlap=options.overlap,
         on_lost=options.on_lost,
         max_runtime=options.max_runtime,
+        until=request.until,
+        max_runs=request.max_runs,
     )
 
 

@@ -169,6 +169,8 @@ def settle(
     if interrupted:
         return Settlement(Status.PENDING, task.scheduled_at, now, task.attempt - 1, task.triggered)
     failed = outcome in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT)
+    if task.kind is Kind.RECURRING and runs_used_up(task, task.run_count + 1):
+        return Settlement(Status.COMPLETED, task.scheduled_at, task.next_run_at, task.attempt, False)
     if failed and task.attempt <= task.max_retries:
         delay = timedelta(seconds=retry_delay(task.attempt, task.retry_backoff))
         return Settlement(Status.PENDING, task.scheduled_at, now + delay, task.attempt, task.triggered)
@@ -177,8 +179,21 @@ def settle(
         return Settlement(final, task.scheduled_at, task.next_run_at, task.attempt, False)
     # A manual (triggered) run does not consume the nominal slot it was run ahead of.
     slot = task.scheduled_at if task.triggered else next_slot(task, now)
+    if past_until(task, slot):
+        return Settlement(Status.COMPLETED, task.scheduled_at, task.next_run_at, 0, False)
     next_run = slot + jitter_offset(task.id, slot, task.jitter)
     return Settlement(Status.PENDING, slot, next_run, 0, False)
+
+
+def runs_used_up(task: Task, runs: int) -> bool:
+    """``runs`` ended runs leave none that ``max_runs`` allows (``run_count`` counts
+    every run that ended, retries included, skipped slots not)."""
+    return task.max_runs is not None and runs >= task.max_runs
+
+
+def past_until(task: Task, slot: datetime) -> bool:
+    """``slot`` lies after the schedule's end: the task completes instead of taking it."""
+    return task.until is not None and slot > task.until
 
 
 def outcome_of(
@@ -259,8 +274,15 @@ def decide(task: Task, now: datetime) -> Decision:
     """
     slot = task.scheduled_at
     horizon = now - timedelta(seconds=task.misfire_grace + task.jitter)
+    if not task.triggered and task.attempt <= 1:
+        if task.until is not None and slot > task.until:
+            return Decision(False, slot, 0, text=f"the schedule ended at {task.until.isoformat()}")
+        if runs_used_up(task, task.run_count):
+            return Decision(False, slot, 0, text=f"the schedule ended after max_runs={task.max_runs} runs")
     if task.triggered or task.attempt > 1 or slot >= horizon:
         return Decision(True, slot)
+    if task.until is not None:
+        horizon = min(horizon, task.until + timedelta(microseconds=1))  # no missed slot after the end
     if task.kind is Kind.ONE_TIME:
         if task.misfire is Misfire.SKIP:
             return Decision(False, slot, 1, slot, slot, f"missed by more than {task.misfire_grace:g} s: skipped")
@@ -317,6 +339,8 @@ def skipped_outcome(claim: Claim, decision: Decision, now: datetime) -> Outcome:
     slot = decision.next_slot
     if task.kind is Kind.ONE_TIME:
         then = Settlement(Status.FAILED, slot, slot, task.attempt - 1, False)
+    elif past_until(task, slot) or runs_used_up(task, task.run_count):
+        then = Settlement(Status.COMPLETED, task.scheduled_at, task.next_run_at, task.attempt - 1, False)
     else:
         then = Settlement(
             Status.PENDING, slot, slot + jitter_offset(task.id, slot, task.jitter), task.attempt - 1, False

@@ -146,6 +146,12 @@ def overlap(value: Overlap | str) -> Overlap:
         raise InvalidInput("overlap", value, "must be 'skip' or 'replace'") from exc
 
 
+def flag(field: str, value: bool) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(field, value, "must be True or False")
+    return value
+
+
 def offset(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT64:
         raise InvalidInput("offset", value, "must be an integer >= 0")
@@ -172,6 +178,7 @@ OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_runtime": functools.partial(optional_positive, "max_runtime"),
     "isolation": isolation,
     "kill_grace": functools.partial(non_negative, "kill_grace"),
+    "context": functools.partial(flag, "context"),
 }
 """The rule of each per-task option (``TaskOptions``' fields): one table, so that
 ``@app.task`` and the overrides ``schedule()`` accepts cannot drift apart."""

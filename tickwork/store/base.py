@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from tickwork.changes import Edit, SyncView, SyncWrites
 from tickwork.model import (
     Claim,
     Execution,
@@ -62,6 +63,37 @@ class Store(Protocol):
         ``max_pending``, raise ``QueueFull`` and insert nothing if the tasks inserted and
         due now would take the due-and-unclaimed count past it.
         """
+        ...
+
+    def edit_task(self, edit: Edit) -> Task | None:
+        """Write ``edit.after``'s definition and state in place (same id, history kept)
+        if the task is still as ``edit.before`` was read: same version, revision and
+        status. Returns the task as written, or None when it changed meanwhile (read it
+        again and recompute). Bumps ``revision``, and ``version`` unless the task is
+        RUNNING (its version is the run's fence: the run finishes as it was claimed,
+        and ``after.replan_at`` becomes its slot when it ends). Never clears a cancel
+        request unless ``edit.reset_cancel``. Raises ``KeyHeld`` when it would give an
+        ended task back a key that another live task holds."""
+        ...
+
+    def sync_schedules(
+        self,
+        digest: str,
+        keys: Sequence[str],
+        names: Sequence[str],
+        plan: Callable[[SyncView], SyncWrites],
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> SyncWrites:
+        """One sync of code schedules, serialised with every other sync: remember the
+        declaration set ``digest`` (when it was first seen; ``force``: seen now), read
+        the code schedules of the declared ``keys`` and the live ones of the task
+        ``names``, and the runtime tasks holding those keys, into a ``SyncView``; call
+        ``plan`` with it and write what it returns (creates, edits as ``edit_task``,
+        removals: cancelled, with a CANCELLED execution holding the note), all in one
+        transaction. ``dry_run``: plan, write nothing. Raises ``EditConflict`` when an
+        edited task changed in between (a claim): nothing was written, sync again."""
         ...
 
     def next_due_at(self, names: Sequence[str]) -> datetime | None:

@@ -34,6 +34,10 @@ def new_task(d: Dialect, new: NewTask, now: Any) -> dict[str, Any]:
         "parent_id": new.parent_id,
         "on_lost": new.on_lost.value,
         "max_runtime": new.max_runtime,
+        "until": d.encode_time(new.until),
+        "max_runs": new.max_runs,
+        "origin": new.origin,
+        "declared_at": d.encode_time(new.declared_at),
         "now": now,
     }
 

@@ -154,7 +154,9 @@ class PostgresDialect:
         except psycopg.Error as exc:  # a malformed URL: the driver's message quotes it whole
             raise StoreError(f"url={masked(url)!r}: not a valid PostgreSQL URL: {scrubbed(str(exc), url)}") from None
         self.connect_kwargs = {**CONNECT_KWARGS, "options": options}
-        texts = queries.load("queries.sql", "retention.sql", "postgres.sql", "postgres_retention.sql")
+        texts = queries.load(
+            "queries.sql", "retention.sql", "edits.sql", "postgres.sql", "postgres_retention.sql", "postgres_edits.sql"
+        )
         self.texts = {name: translate(sql) for name, sql in texts.items()}
         # Claims, renewals and outcomes as one set-based statement each, committing itself.
         self.hot_path: HotPath = SetBased(self)

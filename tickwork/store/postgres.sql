@@ -113,8 +113,16 @@ WITH o AS (
                       THEN 'CANCELLED' ELSE o.task_status END,
         cancel_requested = t.cancel_requested AND NOT t.cancel_run_only AND o.task_status <> 'COMPLETED',
         cancel_run_only = FALSE,
-        scheduled_at = o.scheduled_at, next_run_at = o.next_run_at, attempt = o.attempt,
-        triggered = o.triggered, last_status = o.status,
+        -- replan_at: as in write_outcome.
+        scheduled_at = CASE WHEN t.replan_at IS NOT NULL AND o.task_status = 'PENDING' AND o.attempt = 0
+                            THEN t.replan_at ELSE o.scheduled_at END,
+        next_run_at = CASE WHEN t.replan_at IS NOT NULL AND o.task_status = 'PENDING' AND o.attempt = 0
+                           THEN t.replan_run_at ELSE o.next_run_at END,
+        triggered = CASE WHEN t.replan_at IS NOT NULL AND o.task_status = 'PENDING' AND o.attempt = 0
+                         THEN FALSE ELSE o.triggered END,
+        replan_at = CASE WHEN o.task_status <> 'PENDING' OR o.attempt = 0 THEN NULL ELSE t.replan_at END,
+        replan_run_at = CASE WHEN o.task_status <> 'PENDING' OR o.attempt = 0 THEN NULL ELSE t.replan_run_at END,
+        attempt = o.attempt, last_status = o.status,
         run_count = t.run_count + CASE WHEN o.status = 'SKIPPED' THEN 0 ELSE 1 END,
         last_decision = COALESCE(o.decision, t.last_decision),
         lease_owner = NULL, lease_expires_at = NULL, updated_at = :now

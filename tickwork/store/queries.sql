@@ -7,11 +7,13 @@
 INSERT INTO tickwork_tasks (
     name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
     next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
-    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime, created_at, updated_at)
+    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
+    until_at, max_runs, origin, declared_at, created_at, updated_at)
 VALUES (
     :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval, :scheduled_at,
     :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
-    :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :max_runtime, :now, :now)
+    :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :max_runtime,
+    :until, :max_runs, :origin, :declared_at, :now, :now)
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
 DO NOTHING
 RETURNING *;
@@ -76,8 +78,18 @@ SET status = CASE WHEN cancel_requested AND NOT cancel_run_only AND :task_status
                   THEN 'CANCELLED' ELSE :task_status END,
     cancel_requested = cancel_requested AND NOT cancel_run_only AND :task_status <> 'COMPLETED',
     cancel_run_only = FALSE,
-    scheduled_at = :scheduled_at, next_run_at = :next_run_at,
-    attempt = :attempt, triggered = :triggered,
+    -- An edit of the schedule made while the run went on (replan_at) takes effect when
+    -- the task moves on to a next slot (PENDING with no attempt pending); any end of
+    -- the task spends it.
+    scheduled_at = CASE WHEN replan_at IS NOT NULL AND :task_status = 'PENDING' AND :attempt = 0
+                        THEN replan_at ELSE :scheduled_at END,
+    next_run_at = CASE WHEN replan_at IS NOT NULL AND :task_status = 'PENDING' AND :attempt = 0
+                       THEN replan_run_at ELSE :next_run_at END,
+    triggered = CASE WHEN replan_at IS NOT NULL AND :task_status = 'PENDING' AND :attempt = 0
+                     THEN FALSE ELSE :triggered END,
+    replan_at = CASE WHEN :task_status <> 'PENDING' OR :attempt = 0 THEN NULL ELSE replan_at END,
+    replan_run_at = CASE WHEN :task_status <> 'PENDING' OR :attempt = 0 THEN NULL ELSE replan_run_at END,
+    attempt = :attempt,
     run_count = run_count + CASE WHEN :status = 'SKIPPED' THEN 0 ELSE 1 END,
     last_status = :status, last_decision = COALESCE(:decision, last_decision),
     lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
@@ -99,6 +111,12 @@ WHERE id = :execution_id AND status = 'RUNNING';
 UPDATE tickwork_tasks
 SET status = CASE WHEN cancel_requested AND NOT cancel_run_only THEN 'CANCELLED' ELSE 'PENDING' END,
     cancel_requested = cancel_requested AND NOT cancel_run_only, cancel_run_only = FALSE,
+    -- A schedule edited while this claim waited applies now: its run never started.
+    scheduled_at = CASE WHEN replan_at IS NOT NULL AND attempt = 1 THEN replan_at ELSE scheduled_at END,
+    next_run_at = CASE WHEN replan_at IS NOT NULL AND attempt = 1 THEN replan_run_at ELSE next_run_at END,
+    triggered = CASE WHEN replan_at IS NOT NULL AND attempt = 1 THEN FALSE ELSE triggered END,
+    replan_run_at = CASE WHEN attempt = 1 THEN NULL ELSE replan_run_at END,
+    replan_at = CASE WHEN attempt = 1 THEN NULL ELSE replan_at END,
     attempt = attempt - 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
 RETURNING id;

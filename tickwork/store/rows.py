@@ -156,6 +156,13 @@ class Decoder:
             parent_id=r["parent_id"],
             on_lost=_member(_ON_LOST, r["on_lost"]),
             max_runtime=_optional_float(r["max_runtime"]),
+            until=d.decode_time(r["until_at"]),
+            max_runs=None if r["max_runs"] is None else int(r["max_runs"]),
+            origin=r["origin"],
+            declared_at=d.decode_time(r["declared_at"]),
+            revision=int(r["revision"]),
+            replan_at=d.decode_time(r["replan_at"]),
+            replan_run_at=d.decode_time(r["replan_run_at"]),
         )
 
     def _execution(self, r: Row) -> Execution:

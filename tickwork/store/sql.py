@@ -9,14 +9,16 @@ texts and the way its hot path writes (``hot``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from tickwork.changes import Edit, SyncWrites
 from tickwork.errors import InvalidInput, QueueFull
 from tickwork.model import Execution, ExecutionStatus, Node, PruneCounts, Stats, Status, Task, TaskHeader
-from tickwork.store import encoding, retention
+from tickwork.store import edits, encoding, retention
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 from tickwork.store.dialect import Dialect, Row, Session, iter_statements, notify
 from tickwork.store.rows import Decoder, header
@@ -88,10 +90,31 @@ class SQLStore:
             row = rows[0] if rows else s.fetch_one("live_task_by_key", {"key": new.key})
             if row is None:  # the key's holder ended between the conflict and the read
                 raise RuntimeError(f"insert of key={new.key!r} conflicted but no live task holds it")
-            inserted.append(self._rows.task(row))
+            task = self._rows.task(row)
+            inserted.append(task if rows else dataclasses.replace(task, existed=True))
             new_due += bool(rows) and due_by is not None and new.next_run_at <= due_by
         notify(d, s, "due")
         return inserted, new_due
+
+    def edit_task(self, edit: Edit) -> Task | None:
+        return edits.edit_task(self.dialect, self._rows, edit)
+
+    def sync_schedules(
+        self,
+        digest: str,
+        keys: Sequence[str],
+        names: Sequence[str],
+        plan: edits.Plan,
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> SyncWrites:
+        def insert(s: Session, tasks: Sequence[NewTask]) -> list[Task]:
+            return self._insert(s, tasks)[0] if tasks else []
+
+        return edits.sync_schedules(
+            self.dialect, self._rows, insert, (digest, keys, names), plan, dry_run=dry_run, force=force
+        )
 
     def next_due_at(self, names: Sequence[str]) -> datetime | None:
         with self.dialect.reader() as s:

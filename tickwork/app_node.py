@@ -1,0 +1,123 @@
+"""The App's node side: building and running a worker node over the App's settings."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from tickwork.app_edits import EditsMixin
+from tickwork.errors import InvalidInput
+from tickwork.events import Events
+from tickwork.locks import RedisLocks
+from tickwork.node.redis_locks import NodeLocks, RedisMode
+from tickwork.node.settings import NodeSettings
+
+if TYPE_CHECKING:
+    from tickwork.app_settings import AppSettings
+    from tickwork.node.autoscale import Autoscaler
+    from tickwork.node.worker import Worker
+
+log = logging.getLogger("tickwork.worker")
+
+
+class NodeMixin(EditsMixin):
+    """Part of ``App`` (see there)."""
+
+    settings: AppSettings
+    events: Events
+    redis_url: str | None
+    redis_prefix: str
+    redis_mode: RedisMode
+    lease: float
+    heartbeat: float
+    lock_ttl: float | None
+
+    def sync_at_start(self) -> None:
+        """A node's start-up sync. A bad declaration stops the node (the code must be
+        fixed); a store that cannot be reached does not: the node starts and keeps
+        trying to claim, and the next start syncs."""
+        try:
+            changes = self.sync_schedules()
+        except InvalidInput:
+            raise
+        except Exception as exc:  # the node's own start-up must not depend on it
+            log.warning("schedules in code were not synced: %s: %s", type(exc).__name__, exc)
+            return
+        done = [c for c in changes if c.action not in ("unchanged",)]
+        for change in done:
+            log.info("schedule %r: %s%s", change.key, change.action, f" ({change.note})" if change.note else "")
+        log.info("schedules in code synced: %d declared, %d changed", len(changes), len(done))
+
+    def node_locks(self) -> NodeLocks | None:
+        """A node's Redis locks, when ``redis_url`` is set (each node has its own connection)."""
+        if self.redis_url is None:
+            return None
+        locks = RedisLocks(self.redis_url, self.redis_prefix)
+        return NodeLocks(
+            locks, mode=self.redis_mode, lease=self.lease, heartbeat=self.heartbeat, lock_ttl=self.lock_ttl
+        )
+
+    # -- running ------------------------------------------------------------------------------------
+
+    def run_worker(
+        self,
+        concurrency: int = 8,
+        *,
+        max_concurrency: int | None = None,
+        scale_up_age: float = 5.0,
+        scale_down_after: float = 30.0,
+        prefetch: int | None = None,
+        install_signals: bool = True,
+        sync: bool = True,
+    ) -> None:
+        """Run a node in this thread until SIGINT/SIGTERM (or ``Worker.stop``).
+
+        ``max_concurrency`` turns on autoscaling: the node starts with ``concurrency``
+        slots, grows toward ``max_concurrency`` while every slot is busy and the oldest
+        due task is ``scale_up_age`` seconds old or more, and shrinks back after
+        ``scale_down_after`` seconds with idle slots and no such backlog.
+        ``prefetch``: claims held beyond the busy slots; None adapts it to how long runs
+        take (see ``worker.Prefetch``), 0 claims only free slots. ``sync``: bring the
+        code schedules in line first (``sync_schedules``), as every node does unless
+        told not to."""
+        from tickwork.node.autoscale import Autoscaler
+
+        autoscaler = None
+        if max_concurrency is not None:
+            autoscaler = Autoscaler(
+                concurrency, max_concurrency, scale_up_age=scale_up_age, scale_down_after=scale_down_after
+            )
+        if sync:
+            self.sync_at_start()
+        self.worker(concurrency=concurrency, prefetch=prefetch, autoscaler=autoscaler).run(
+            install_signals=install_signals
+        )
+
+    def node_settings(self) -> NodeSettings:
+        return self.settings.node()
+
+    def worker(
+        self,
+        *,
+        concurrency: int = 8,
+        prefetch: int | None = None,
+        autoscaler: Autoscaler | None = None,
+        node_id: str | None = None,
+    ) -> Worker:
+        """A node for this App's tasks, store, hooks and settings (not started: ``run()``)."""
+        from tickwork.metrics import PrometheusStats
+        from tickwork.node.worker import Worker
+
+        return Worker(
+            self.store,
+            self.registry,
+            self.node_settings(),
+            events=self.events,
+            wakeup=self.wakeup,
+            locks=self.node_locks(),
+            concurrency=concurrency,
+            prefetch=prefetch,
+            node_id=node_id,
+            autoscaler=autoscaler,
+            stats=PrometheusStats(),
+        )
