@@ -146,6 +146,8 @@ def edit_to(task: Task, new: NewTask, *, reschedule: bool, declared_at: datetime
     run_at = slot + jitter_offset(task.id, slot, new.jitter)
     if reschedule and task.status is Status.RUNNING:
         after = dataclasses.replace(after, replan_at=slot, replan_run_at=run_at)
+    elif reschedule and task.triggered:  # a manual run is waiting: it stays, ahead of the new slot
+        after = dataclasses.replace(after, scheduled_at=slot, replan_at=None, replan_run_at=None)
     elif reschedule:
         after = dataclasses.replace(
             after, scheduled_at=slot, next_run_at=run_at, attempt=0, triggered=False, replan_at=None,
