@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+import time
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from tickwork import validate
 from tickwork.app_edits import EditsMixin
-from tickwork.errors import InvalidInput
+from tickwork.errors import InvalidInput, PruneBusy
 from tickwork.events import Events
 from tickwork.locks import RedisLocks
+from tickwork.model import PruneCounts
 from tickwork.node.redis_locks import NodeLocks, RedisMode
 from tickwork.node.settings import NodeSettings
 
@@ -18,6 +22,24 @@ if TYPE_CHECKING:
     from tickwork.node.worker import Worker
 
 log = logging.getLogger("tickwork.worker")
+
+PRUNE_BATCH = 1000
+DRY_RUN_LIMIT = 2**62
+"""A dry run counts everything in one read: nothing is locked or deleted."""
+BUSY_WAIT_S = 60.0
+"""How long ``prune()`` waits for a node that holds the prune lock before giving up."""
+BUSY_POLL_S = 0.5
+
+
+def _age(value: timedelta | float) -> float:
+    return validate.seconds("older_than", value, allow_zero=True)
+
+
+def _keep(value: int) -> int:
+    validate.integer("keep_last", value)
+    if value < 0:
+        raise InvalidInput("keep_last", value, "must be 0 or more executions")
+    return value
 
 
 class NodeMixin(EditsMixin):
@@ -31,6 +53,8 @@ class NodeMixin(EditsMixin):
     lease: float
     heartbeat: float
     lock_ttl: float | None
+    retention: timedelta | None
+    keep_last: int
 
     def sync_at_start(self) -> None:
         """A node's start-up sync. A bad declaration stops the node (the code must be
@@ -47,6 +71,36 @@ class NodeMixin(EditsMixin):
         for change in done:
             log.info("schedule %r: %s%s", change.key, change.action, f" ({change.note})" if change.note else "")
         log.info("schedules in code synced: %d declared, %d changed", len(changes), len(done))
+
+    def prune(
+        self, older_than: timedelta | float | None = None, *, keep_last: int | None = None, dry_run: bool = False
+    ) -> PruneCounts:
+        """Delete old history now, as nodes do by themselves: executions that ended more
+        than ``older_than`` ago (default: the App's ``retention``), except each recurring
+        task's newest ``keep_last`` (default: the App's), and ended one-time tasks with
+        theirs; in batches until one deletes nothing. ``dry_run``: count, delete nothing.
+        Waits (up to a minute) while a node holds the prune lock."""
+        age = self.retention if older_than is None else timedelta(seconds=_age(older_than))
+        if age is None:
+            raise InvalidInput("older_than", None, "retention=None keeps everything: give older_than to prune anyway")
+        keep = self.keep_last if keep_last is None else _keep(keep_last)
+        store = self.store
+        cutoff = store.now() - age
+        if dry_run:
+            return store.prune(cutoff, keep, DRY_RUN_LIMIT, dry_run=True)
+        total = PruneCounts()
+        deadline = time.monotonic() + BUSY_WAIT_S
+        while True:
+            counts = store.prune(cutoff, keep, PRUNE_BATCH)
+            total += PruneCounts(counts.executions, counts.tasks)
+            if counts.busy:
+                if time.monotonic() > deadline:
+                    raise PruneBusy(BUSY_WAIT_S)
+                time.sleep(BUSY_POLL_S)
+                continue
+            if not counts.rows:
+                return total
+            deadline = time.monotonic() + BUSY_WAIT_S
 
     def node_locks(self) -> NodeLocks | None:
         """A node's Redis locks, when ``redis_url`` is set (each node has its own connection)."""

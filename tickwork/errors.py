@@ -106,3 +106,10 @@ class EditConflict(TickworkError):
     def __init__(self, task_id: int) -> None:
         self.task_id = task_id
         super().__init__(f"task_id={task_id}: the task changed while it was being edited; nothing was changed")
+
+
+class PruneBusy(TickworkError):
+    """Another node held the store's prune lock all the while: nothing more was pruned."""
+
+    def __init__(self, waited: float) -> None:
+        super().__init__(f"another node held the prune lock for {waited:g} s: try again later")
