@@ -529,14 +529,9 @@ def test_an_older_release_cannot_undo_a_newer_one_unless_forced(code: Code, node
     assert [state(t) for t in code_tasks(client, "beat")] == [state(rolled_back)]
 
 
-# -- bugs -----------------------------------------------------------------------------------------
+# -- found and fixed --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/edits.py sync_schedules: a dry run skips restamp_schedule_set, so with force=True it "
-    "plans with the set's old first-seen time and reports 'kept' where the forced sync updates",
-)
 def test_a_dry_run_of_a_forced_rollback_plans_what_the_rollback_does(code: Code, db_url: str) -> None:
     code.deploy(beat(f'@app.periodic("{CRON_A}", key="beat")'))
     code.sync()
@@ -546,14 +541,9 @@ def test_a_dry_run_of_a_forced_rollback_plans_what_the_rollback_does(code: Code,
     before = snapshot(db_url)
     preview = code.sync("--dry-run", "--force")
     assert snapshot(db_url) == before
-    assert code.sync("--force") == preview  # in fact: the preview says "kept", the rollback "update"
+    assert code.sync("--force") == preview  # the preview of a rollback is the rollback
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="declarations.differences compares the declared arguments as given (tuples) with the stored "
-    "ones as decoded from JSON (lists): every sync, so every node start, reports and writes an update",
-)
 def test_a_second_sync_of_the_same_release_changes_nothing_when_arguments_hold_tuples(code: Code, client: App) -> None:
     code.deploy(beat('@app.periodic(every=3600, key="beat", kwargs={"release": ("v", 1)})'))
     assert [c["action"] for c in code.sync()] == ["create"]

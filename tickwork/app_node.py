@@ -67,8 +67,10 @@ class NodeMixin(EditsMixin):
         except Exception as exc:  # the node's own start-up must not depend on it
             log.warning("schedules in code were not synced: %s: %s", type(exc).__name__, exc)
             return
-        done = [c for c in changes if c.action not in ("unchanged",)]
-        for change in done:
+        done = [c for c in changes if c.action in ("create", "update", "remove")]
+        for change in changes:
+            if change.action == "unchanged":
+                continue
             log.info("schedule %r: %s%s", change.key, change.action, f" ({change.note})" if change.note else "")
         log.info("schedules in code synced: %d declared, %d changed", len(changes), len(done))
 

@@ -135,7 +135,11 @@ def resolved(
             new = planning.new_task(dataclasses.replace(request, until=None), now)
         except InvalidInput as exc:
             raise type(exc)(f"periodic[{declaration.key}].{exc.field}", exc.value, exc.reason) from exc
-        out.append((declaration.key, dataclasses.replace(new, until=request.until, origin=ORIGIN)))
+        # As the store will give them back (tuples as lists), so that an unchanged
+        # declaration compares equal to what it stored.
+        args, kwargs = json.loads(json.dumps(new.args)), json.loads(json.dumps(new.kwargs))
+        new = dataclasses.replace(new, args=args, kwargs=kwargs, until=request.until, origin=ORIGIN)
+        out.append((declaration.key, new))
     return out
 
 

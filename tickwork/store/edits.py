@@ -119,7 +119,8 @@ def sync_schedules(
             if force:
                 s.execute("restamp_schedule_set", {"digest": digest, "now": now})
         seen_row = s.fetch_one("schedule_set_seen", {"digest": digest})
-        view = _view(d, rows, s, keys, names, None if seen_row is None else seen_row["first_seen"])
+        first_seen = None if seen_row is None or force else seen_row["first_seen"]  # None: seen now
+        view = _view(d, rows, s, keys, names, first_seen)
         writes = plan(view)
         if dry_run:
             return writes
