@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tickwork.cli import common
-from tickwork.cli.common import client, errors_as_messages
+from tickwork.cli.common import SECONDS_OR_ZERO, client, errors_as_messages
 from tickwork.demo import run_demo
 from tickwork.urls import masked
 
@@ -27,7 +27,12 @@ def upgrade(ctx: click.Context) -> None:
 
 @click.command()
 @click.option("--db-path", default="tickwork-demo.db", show_default=True, help="SQLite file (recreated).")
-@click.option("--duration", type=float, help="Stop after this many seconds (default: until Ctrl-C).")
+@click.option(
+    "--duration",
+    type=SECONDS_OR_ZERO,
+    metavar="DURATION",
+    help="Stop after this long: 20, 20s, 5m (default: until Ctrl-C).",
+)
 @errors_as_messages
 def demo(db_path: str, duration: float | None) -> None:
     """Run example tasks (one-time, delayed, cron, interval, retried) on a local node."""

@@ -45,6 +45,13 @@ class BadApp(click.ClickException):
     exit_code = 2
 
 
+class BadInput(click.ClickException):
+    """A value given on the command line that tickwork refused (``InvalidInput``): a
+    usage error (exit 2), told in one line naming the field and the value."""
+
+    exit_code = 2
+
+
 # -- logging ------------------------------------------------------------------------------
 
 
@@ -157,15 +164,23 @@ def as_message(exc: TickworkError) -> click.ClickException:
     return click.ClickException(one_line(REDACTOR.scrub(str(exc))))
 
 
+def as_input_error(exc: InvalidInput) -> click.ClickException:
+    """A refused value as a usage error (exit 2): one line naming the field and the value."""
+    return BadInput(one_line(REDACTOR.scrub(str(exc))))
+
+
 def errors_as_messages(func: Callable[..., R]) -> Callable[..., R]:
-    """Show errors as one-line messages (exit 1), not tracebacks, with every secret the
-    process knows masked. An error that is not tickwork's own (a driver's, say, about a
+    """Show errors as one-line messages, not tracebacks, with every secret the process
+    knows masked: refused input (``InvalidInput``) exits 2, like click's usage errors,
+    anything else 1. An error that is not tickwork's own (a driver's, say, about a
     malformed URL) is named by its type; -vv logs its traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> R:
         try:
             return func(*args, **kwargs)
+        except InvalidInput as exc:
+            raise as_input_error(exc) from exc
         except TickworkError as exc:
             raise as_message(exc) from exc
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
@@ -181,25 +196,113 @@ def errors_as_messages(func: Callable[..., R]) -> Callable[..., R]:
 # -- input --------------------------------------------------------------------------------
 
 
-class Duration(click.ParamType[float, Any]):
+class Clear:
+    """What ``none`` on an option that can turn a setting off converts to (a value
+    distinct from None, which click gives for an option not given)."""
+
+    def __repr__(self) -> str:
+        return "none"
+
+
+CLEAR = Clear()
+_SECONDS = re.compile(r"\d+(?:\.\d+)?")
+
+
+class Duration(click.ParamType[Any, Any]):
     """An option's duration, written ``30s``, ``15m``, ``12h``, ``7d`` (or ``1h30m``), as
-    seconds; anything else is a usage error (exit 2) naming the option and the value."""
+    seconds; anything else is a usage error (exit 2) naming the option and the value.
+
+    ``bare``: a plain number is seconds too (the options that always took seconds);
+    without it a bare ``7`` is refused as ambiguous. ``allow_zero``: 0 is accepted.
+    ``clearable``: ``none`` gives ``CLEAR`` (the setting turned off)."""
 
     name = "duration"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+    def __init__(self, *, bare: bool = False, allow_zero: bool = False, clearable: bool = False) -> None:
+        self.bare, self.allow_zero, self.clearable = bare, allow_zero, clearable
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            return self._checked(float(value), value, param, ctx)
+        if value is CLEAR or (self.clearable and str(value).strip().lower() == "none"):
+            return CLEAR
+        text = str(value).strip()
+        negative = text.startswith("-")
         try:
-            seconds = parse_duration(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-        if seconds <= 0:
-            self.fail(f"{value!r}: must be longer than 0s", param, ctx)
+            seconds = self._seconds(text.removeprefix("-").strip() if negative else text)
+        except ValueError:
+            seconds = None
+        if seconds is None:
+            self.fail(f"{value!r}: expected {self._expected()}", param, ctx)
+        return self._checked(-seconds if negative else seconds, value, param, ctx)
+
+    def _seconds(self, text: str) -> float:
+        if self.bare and _SECONDS.fullmatch(text):
+            return float(text)
+        return parse_duration(text)
+
+    def _expected(self) -> str:
+        words = "a number of seconds or a duration" if self.bare else "a duration"
+        return f"{words} such as 30s, 15m, 12h, 7d or 1h30m" + (", or none" if self.clearable else "")
+
+    def _checked(self, seconds: float, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if seconds < 0 or (seconds == 0 and not self.allow_zero):
+            self.fail(f"{value!r}: must be {'0s or longer' if self.allow_zero else 'longer than 0s'}", param, ctx)
         return seconds
 
 
 DURATION = Duration()
+"""A duration that needs its unit (``--older-than 7d``: a bare 7 would be ambiguous)."""
+SECONDS = Duration(bare=True)
+"""Seconds, as a plain number or a duration; longer than 0."""
+SECONDS_OR_ZERO = Duration(bare=True, allow_zero=True)
+SECONDS_OR_NONE = Duration(bare=True, clearable=True)
+"""Seconds, or ``none`` to turn the limit off (``CLEAR``)."""
+
+
+class Moment(click.ParamType[Any, Any]):
+    """An ISO 8601 time with an offset (``2030-01-01T09:00:00+01:00``, or ``Z``);
+    ``clearable``: ``none`` gives ``CLEAR``."""
+
+    name = "iso8601"
+
+    def __init__(self, *, clearable: bool = False) -> None:
+        self.clearable = clearable
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, datetime) or value is CLEAR:
+            return value
+        if self.clearable and str(value).strip().lower() == "none":
+            return CLEAR
+        try:
+            when = datetime.fromisoformat(str(value).strip())
+        except ValueError:
+            self.fail(f"{value!r}: expected an ISO 8601 time such as 2030-01-01T09:00:00+01:00", param, ctx)
+        if when.tzinfo is None:
+            self.fail(f"{value!r}: give the offset too, e.g. {when.isoformat()}+00:00 (or Z for UTC)", param, ctx)
+        return when
+
+
+class Count(click.ParamType[Any, Any]):
+    """A whole number, 1 or more; ``clearable``: ``none`` gives ``CLEAR``."""
+
+    name = "integer"
+
+    def __init__(self, *, clearable: bool = False) -> None:
+        self.clearable = clearable
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is CLEAR or (self.clearable and str(value).strip().lower() == "none"):
+            return CLEAR
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            number = 0
+        if number < 1:
+            self.fail(
+                f"{value!r}: expected a whole number, 1 or more" + (", or none" if self.clearable else ""), param, ctx
+            )
+        return number
 
 
 def parse_json(field: str, text: str) -> Any:

@@ -11,9 +11,9 @@ import os
 
 import click
 
-from tickwork.cli.common import as_message, load_app, log_node_at_info
+from tickwork.cli.common import DURATION, as_message, load_app, log_node_at_info
 from tickwork.errors import TickworkError
-from tickwork.web.auth import check_session_ttl, parse_duration
+from tickwork.web.auth import check_session_ttl
 
 
 @click.command()
@@ -39,11 +39,12 @@ from tickwork.web.auth import check_session_ttl, parse_duration
     "--session-ttl",
     default="8h",
     show_default=True,
+    type=DURATION,
     metavar="DURATION",
     help="How long a dashboard sign-in lasts: 30m, 12h, 7d (1 minute to 30 days). Signing out ends it at once.",
 )
 def serve(
-    app_spec: str, host: str, port: int, public_read: bool, with_worker: bool, concurrency: int, session_ttl: str
+    app_spec: str, host: str, port: int, public_read: bool, with_worker: bool, concurrency: int, session_ttl: float
 ) -> None:
     """Serve the HTTP API (/api/v1) and the dashboard (/) of APP (module:attribute).
 
@@ -54,7 +55,7 @@ def serve(
     from tickwork.web.server import serve as run
 
     try:
-        ttl = check_session_ttl(parse_duration(session_ttl))
+        ttl = check_session_ttl(session_ttl)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--session-ttl") from exc
     log_node_at_info()

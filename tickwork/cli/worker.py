@@ -10,7 +10,7 @@ import threading
 import click
 
 from tickwork.app import App
-from tickwork.cli.common import errors_as_messages, load_app, log_node_at_info
+from tickwork.cli.common import SECONDS_OR_ZERO, errors_as_messages, load_app, log_node_at_info
 from tickwork.metrics import serve_metrics, watch_queue
 
 
@@ -26,20 +26,26 @@ from tickwork.metrics import serve_metrics, watch_queue
 )
 @click.option(
     "--scale-up-age",
-    default=5.0,
+    default="5s",
     show_default=True,
-    type=click.FloatRange(0),
-    help="Grow when the oldest due task is this old (s) and every slot is busy.",
+    type=SECONDS_OR_ZERO,
+    help="Grow when the oldest due task is this old (seconds, or 5s, 1m, ...) and every slot is busy.",
 )
 @click.option(
     "--scale-down-after",
-    default=30.0,
+    default="30s",
     show_default=True,
-    type=click.FloatRange(0),
-    help="Shrink after this long (s) with idle slots.",
+    type=SECONDS_OR_ZERO,
+    help="Shrink after this long (seconds, or 30s, 5m, ...) with idle slots.",
 )
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port (/metrics).")
 @click.option("--metrics-host", default="0.0.0.0", show_default=True, help="Address the metrics server listens on.")
+@click.option(
+    "--sync/--no-sync",
+    default=True,
+    show_default=True,
+    help="Bring APP's @app.periodic schedules in line with its code at start-up (see `tickwork schedules sync`).",
+)
 @errors_as_messages
 def worker(
     app_spec: str,
@@ -48,16 +54,17 @@ def worker(
     scale_down_after: float,
     metrics_port: int | None,
     metrics_host: str,
+    sync: bool,
 ) -> None:
     """Run a worker node for APP (module:attribute) until SIGINT/SIGTERM."""
     minimum, maximum = _concurrency(concurrency)
     log_node_at_info()
     app = load_app(app_spec)
+    if isinstance(app, App) and (sync or metrics_port is not None):  # (a stand-in, in tests, has no store)
+        # Opened (and migrated) first: the start-up sync and the queue gauges read the
+        # store at once, and a database that is away must be one line, not their warnings.
+        app.store  # noqa: B018
     if metrics_port is not None:
-        # Opened (and migrated) first: the queue gauges read the store as soon as they are
-        # registered, and a database that is away must be one line, not their warning.
-        if isinstance(app, App):  # (a stand-in for load_app, in tests, has no store)
-            app.store  # noqa: B018
         watch_queue(lambda: app.store)
         serve_metrics(metrics_port, metrics_host)
     app.run_worker(
@@ -65,6 +72,7 @@ def worker(
         max_concurrency=maximum if maximum != minimum else None,
         scale_up_age=scale_up_age,
         scale_down_after=scale_down_after,
+        sync=sync,
     )
     _exit_past_leaked_threads()
 
