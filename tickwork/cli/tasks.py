@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from typing import Any
 
 import click
 from rich.table import Table
 
 from tickwork.cli import common
 from tickwork.cli.common import (
+    SECONDS,
+    SECONDS_OR_ZERO,
+    Count,
+    Moment,
     both_zones,
     client,
     errors_as_messages,
@@ -17,7 +23,7 @@ from tickwork.cli.common import (
     parse_json,
     print_executions,
 )
-from tickwork.model import Status
+from tickwork.model import Status, Task
 
 
 @click.command()
@@ -25,34 +31,52 @@ from tickwork.model import Status
 @click.argument("name")
 @click.option("--cron", help="Cron expression (5 fields or @daily, @hourly, ...).")
 @click.option("--timezone", default="UTC", show_default=True, help="IANA zone the cron expression is read in.")
-@click.option("--every", type=float, help="Run every N seconds.")
-@click.option("--delay", type=float, help="Run once, N seconds from now.")
+@click.option("--every", type=SECONDS, metavar="DURATION", help="Run every N seconds, or 30s, 15m, 12h, 7d, 1h30m.")
+@click.option("--delay", type=SECONDS_OR_ZERO, metavar="DURATION", help="Run once, this long from now (60, 1m, ...).")
 @click.option("--at", "at_text", help="Run once at an ISO 8601 time with offset, e.g. 2030-01-01T09:00:00+01:00.")
 @click.option("--args", "args_json", default="[]", help="Positional arguments as a JSON list.")
 @click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments as a JSON object.")
 @click.option("--key", help="Idempotency key: no second live task with the same key.")
+@click.option("--replace", is_flag=True, help="With --key: update the live task holding it to this definition.")
 @click.option("--max-retries", type=int)
-@click.option("--retry-backoff", type=float)
-@click.option("--timeout", type=float)
-@click.option("--jitter", type=float)
+@click.option("--retry-backoff", type=SECONDS, metavar="DURATION")
+@click.option("--timeout", type=SECONDS, metavar="DURATION")
+@click.option("--jitter", type=SECONDS_OR_ZERO, metavar="DURATION")
 @click.option("--priority", type=int)
 @click.option("--misfire", type=click.Choice(["SKIP", "SINGLE_CATCHUP", "CATCHUP"], case_sensitive=False))
+@click.option("--until", type=Moment(), metavar="ISO8601", help="Recurring: no slot after this time.")
+@click.option("--max-runs", type=Count(), metavar="N", help="Recurring: at most N runs in all.")
 @errors_as_messages
 def schedule(
     app_spec: str, name: str, cron: str | None, timezone: str, every: float | None, delay: float | None,
-    at_text: str | None, args_json: str, kwargs_json: str, key: str | None, max_retries: int | None,
+    at_text: str | None, args_json: str, kwargs_json: str, key: str | None, replace: bool, max_retries: int | None,
     retry_backoff: float | None, timeout: float | None, jitter: float | None, priority: int | None,
-    misfire: str | None,
+    misfire: str | None, until: datetime | None, max_runs: int | None,
 ) -> None:  # fmt: skip
-    """Schedule task NAME of APP once (now, --delay, --at) or recurring (--cron, --every)."""
+    """Schedule task NAME of APP once (now, --delay, --at) or recurring (--cron, --every).
+
+    With --key, a live task that already holds the key is left as it is (and said so),
+    or, with --replace, updated in place to this definition."""
+    if replace and key is None:
+        raise click.UsageError("--replace needs --key: it replaces the live task that holds the key")
     app = load_app(app_spec)
     task = app.schedule(
         name, args=parse_json("args", args_json), kwargs=parse_json("kwargs", kwargs_json), delay=delay,
         at=parse_datetime("at", at_text), cron=cron, timezone=timezone, every=every, key=key,
         max_retries=max_retries, retry_backoff=retry_backoff, timeout=timeout, jitter=jitter,
-        priority=priority, misfire=misfire,
+        priority=priority, misfire=misfire, until=until, max_runs=max_runs, replace=replace,
     )  # fmt: skip
-    common.console.print(f"scheduled task {task.id} ({task.name}), next run at {task.next_run_at.isoformat()}")
+    if task.existed:
+        verdict = (
+            f"task {task.id} for key {key} replaced"
+            if replace
+            else f"task {task.id} already exists for key {key} (unchanged)"
+        )
+        common.console.print(verdict, markup=False, highlight=False)
+        return
+    common.console.print(
+        f"scheduled task {task.id} ({task.name}), next run at {task.next_run_at.isoformat()}", markup=False
+    )
 
 
 @click.group()
@@ -91,7 +115,8 @@ def tasks_show(ctx: click.Context, task_id: int) -> None:
     console = common.console
     table = Table(show_header=False)
     for field, value in task.to_dict().items():
-        table.add_row(field, json.dumps(value) if isinstance(value, (dict, list)) else str(value))
+        if (shown := _field(task, field, value)) is not None:
+            table.add_row(field, shown)
     console.print(table)
     if not task.status.is_terminal and (upcoming := task.next_fire_times(5)):
         zone = task.timezone if task.cron else "UTC"
@@ -101,6 +126,20 @@ def tasks_show(ctx: click.Context, task_id: int) -> None:
     if task.last_decision:
         console.print(f"last decision: {task.last_decision}")
     print_executions(app.executions(task_id, limit=10))
+
+
+def _field(task: Task, field: str, value: Any) -> str | None:
+    """A row of ``tasks show``: the schedule's ends with the runs so far, where the task
+    came from, a pending replan only when there is one (None: no row)."""
+    if field == "origin":
+        return "code (@app.periodic)" if value == "code" else "runtime"
+    if field == "max_runs" and value is not None:
+        return f"{value} ({task.run_count} run so far)"
+    if field == "replan_at":
+        return None if value is None else f"{value} (the edited schedule's slot, once the current run ends)"
+    if field in ("replan_run_at", "declared_at") and value is None:
+        return None
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 
 @tasks.command("cancel")
