@@ -6,7 +6,7 @@ import os
 
 import click
 
-from tickwork.cli import admin, reports, retention, serve, tasks, worker
+from tickwork.cli import admin, edits, reports, retention, schedules, serve, tasks, worker
 from tickwork.cli.common import set_up_logging
 
 
@@ -29,6 +29,7 @@ for _command in (
     tasks.schedule,
     tasks.tasks,
     tasks.executions,
+    schedules.schedules,
     reports.stats,
     reports.cron,
     retention.prune,
@@ -36,3 +37,5 @@ for _command in (
     admin.demo,
 ):
     main.add_command(_command)
+for _command in (edits.tasks_update, edits.tasks_retry):
+    tasks.tasks.add_command(_command)
