@@ -35,15 +35,7 @@ APPS = (basic_app, periodic_app.app, periodic_app.app_v2)
 
 @pytest.fixture
 def url(store_url: str) -> str:
-    """A fresh database of each store kind (SQLite, PostgreSQL). The session's
-    PostgreSQL database is emptied of tasks by ``pg_url``, not of the declaration sets
-    earlier syncs remembered, which would make a release "older" than one synced by an
-    earlier test: those go too."""
-    if store_url.startswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(store_url, autocommit=True) as conn:
-            conn.execute("TRUNCATE tickwork_schedule_sets")
+    """A fresh database of each store kind (SQLite, PostgreSQL)."""
     return store_url
 
 
@@ -154,6 +146,13 @@ def test_an_older_release_is_kept_out_unless_forced_and_json_tells_the_plan(run:
     plan = json.loads(ok(run("schedules", "sync", V1, "--dry-run", "--json")))
     assert plan["dry_run"] is True and plan["counts"] == {"kept": 3, "unchanged": 1}
     assert {c["key"]: c["action"] for c in plan["changes"]}["daily"] == "kept"
+
+    forced = lines_of(ok(run("schedules", "sync", V1, "--force", "--dry-run")))  # the preview of the rollback
+    assert forced[-2:] == [
+        "4 schedules: 1 to create, 1 to update, 1 to remove, 1 unchanged",
+        "dry run: nothing was changed",
+    ]
+    assert by_key(reader)["daily"].cron == "0 10 * * *"
 
     plan = json.loads(ok(run("schedules", "sync", V1, "--force", "--json")))
     assert plan["dry_run"] is False and plan["counts"] == {"create": 1, "update": 1, "remove": 1, "unchanged": 1}
