@@ -3,7 +3,7 @@ with the HTTP status that tells a client what to do about it.
 
 422 invalid input (naming the field and the reason), 413 arguments over the payload
 limit, 429 ``max_pending`` reached (with Retry-After), 404 unknown task, 409 a state
-the operation does not apply to, 401 no valid
+the operation does not apply to (or a task that kept changing while edited), 401 no valid
 token, 503 the database is unusable. Input can never cause a 5xx: an unexpected error is
 a bug, logged with its traceback and answered 500 without details.
 """
@@ -21,7 +21,15 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from tickwork.errors import InvalidInput, InvalidState, PayloadTooLarge, QueueFull, StoreError, TaskNotFound
+from tickwork.errors import (
+    EditConflict,
+    InvalidInput,
+    InvalidState,
+    PayloadTooLarge,
+    QueueFull,
+    StoreError,
+    TaskNotFound,
+)
 from tickwork.store import UndecodableRow
 from tickwork.web.database import DatabaseUnavailable
 from tickwork.web.schemas import ErrorOut
@@ -55,7 +63,7 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     text = {
         401: "No valid bearer token.",
         404: "No task with this id.",
-        409: "The task's state does not allow this operation.",
+        409: "The task's state does not allow this operation (or it kept changing while edited).",
         413: "Arguments or request body over the size limit.",
         422: "Invalid input: `field` and `reason` say what to fix.",
         429: "max_pending reached: the nodes are behind; nothing was stored, retry later.",
@@ -114,6 +122,7 @@ def install(api: FastAPI, is_transient: Callable[[BaseException], bool], *, page
     api.add_exception_handler(QueueFull, _queue_full)
     api.add_exception_handler(TaskNotFound, _not_found)
     api.add_exception_handler(InvalidState, _conflict)
+    api.add_exception_handler(EditConflict, _conflict)  # the task kept changing: read it again
     api.add_exception_handler(DatabaseUnavailable, database_away)
     api.add_exception_handler(UndecodableRow, _undecodable)  # before StoreError: a data fault, not an outage
     api.add_exception_handler(StoreError, unavailable)

@@ -10,7 +10,16 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+)
 
 from tickwork.model import ExecutionStatus, Kind, Misfire, OnLost, Overlap, Status
 
@@ -91,6 +100,43 @@ class ScheduleIn(BaseModel):
     priority: Count | None = None
     max_catchup: Count | None = None
     overlap: Overlap | None = None
+    until: Moment | None = Field(None, description="Recurring only: no slot after this time (ISO 8601 with an offset).")
+    max_runs: Count | None = Field(None, description="Recurring only: no run after this many.")
+    replace: StrictBool = Field(
+        False, description="With a key held by a live task: update that task in place to this definition."
+    )
+
+
+KEEP: Any = None
+"""The default of an edit's field: left out means "keep"; on a type without null (the
+default is not validated), an explicit null is refused."""
+
+
+class TaskEditIn(BaseModel):
+    """``PATCH /api/v1/tasks/{id}``: the fields to change, named as ``App.update()``'s
+    (``every`` in seconds, ``until`` ISO 8601 with an offset); a field left out is kept.
+    ``null`` turns off ``timeout``, ``max_runtime``, ``until`` or ``max_runs`` and is
+    refused for the others. Giving ``cron`` replaces ``every``, and back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    args: list[Any] = Field(KEEP)
+    kwargs: dict[str, Any] = Field(KEEP)
+    cron: Annotated[Text, Field(max_length=200, examples=["*/5 * * * *"])] = Field(KEEP)
+    every: Seconds = Field(KEEP, description="Interval in seconds (replaces cron).")
+    timezone: Annotated[Text, Field(max_length=64)] = Field(KEEP)
+    misfire: Misfire = Field(KEEP)
+    misfire_grace: Seconds = Field(KEEP)
+    jitter: Seconds = Field(KEEP)
+    priority: Count = Field(KEEP)
+    timeout: Seconds | None = Field(KEEP, description="null: no timeout.")
+    max_retries: Count = Field(KEEP)
+    retry_backoff: Seconds = Field(KEEP)
+    overlap: Overlap = Field(KEEP)
+    max_runtime: Seconds | None = Field(KEEP, description="null: no limit.")
+    max_catchup: Count = Field(KEEP)
+    until: Moment | None = Field(KEEP, description="ISO 8601 with an offset; null: no end time.")
+    max_runs: Count | None = Field(KEEP, description="null: no limit on the number of runs.")
 
 
 class BackfillIn(BaseModel):
@@ -141,6 +187,13 @@ class TaskOut(BaseModel):
     on_lost: OnLost
     cancel_run_only: bool
     max_runtime: float | None
+    until: datetime | None = Field(description="Recurring: no slot after this time; then COMPLETED.")
+    max_runs: int | None = Field(description="Recurring: no run after the max_runs-th (counted as run_count).")
+    origin: str | None = Field(description="code: declared with @app.periodic (sync_schedules owns it); null: runtime.")
+    declared_at: datetime | None
+    revision: int = Field(description="Bumped by every edit (update, retry, sync); version is bumped by claims.")
+    replan_at: datetime | None = Field(description="A running task's edited schedule: its slot after this run.")
+    replan_run_at: datetime | None
 
 
 class UndecodableTaskOut(BaseModel):
@@ -239,6 +292,29 @@ class FireTimesOut(BaseModel):
 
 class NameList(BaseModel):
     names: list[str] = Field(description="The task names this server's application registered.")
+
+
+class FieldChangeOut(BaseModel):
+    old: Any = None
+    new: Any = None
+
+
+class ScheduleChangeOut(BaseModel):
+    """One line of a sync's plan."""
+
+    action: Literal["create", "update", "remove", "unchanged", "kept", "conflict"] = Field(
+        description="kept: a newer release's declarations wrote it; "
+        "conflict: a task scheduled at runtime holds the key."
+    )
+    key: str
+    name: str
+    task_id: int | None = Field(description="The stored task, if there is one.")
+    fields: dict[str, FieldChangeOut] = Field(description="For an update: each changed field, old and new.")
+    note: str | None
+
+
+class ScheduleChangeList(BaseModel):
+    items: list[ScheduleChangeOut] = Field(description="One line per declared schedule, then the removals.")
 
 
 class HealthOut(BaseModel):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from tickwork.app import App
-from tickwork.web.api import actions, cluster, executions, registry, tasks
+from tickwork.web.api import actions, cluster, edits, executions, registry, schedules, tasks
 from tickwork.web.api.guards import guards
 from tickwork.web.api.params import known_query
 from tickwork.web.auth import Auth
@@ -30,9 +30,11 @@ def router(app: App, auth: Auth, db: Database) -> APIRouter:
     read, write = guards(auth)
     r = APIRouter(prefix="/api/v1", tags=["tasks"], dependencies=[Depends(known_query)])
     r.include_router(tasks.router(app, db, read, write))
+    r.include_router(edits.router(app, db, write))
     r.include_router(actions.state_router(app, db, write))
     r.include_router(actions.run_now_router(app, db, write))
     r.include_router(executions.router(app, db, read))
     r.include_router(cluster.router(app, db, read))
     r.include_router(registry.router(app, read))
+    r.include_router(schedules.router(app, db, write))
     return r

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from tickwork.app import App
 from tickwork.model import Status
@@ -15,6 +15,22 @@ from tickwork.web.database import Database
 from tickwork.web.errors import responses
 from tickwork.web.listing import find_tasks
 from tickwork.web.schemas import MAX_ID, AnyTaskOut, ScheduleIn, TaskOut, TaskPage, Text
+
+EXISTED = "Tickwork-Existed"
+"""The header of ``POST /tasks`` that says whether the task was there already."""
+_EXISTED_DOC: dict[str, Any] = {
+    "description": "true: a live task already held the key (200); false: the task is new (201).",
+    "schema": {"type": "string", "enum": ["true", "false"]},
+}
+SCHEDULED: dict[int | str, dict[str, Any]] = {
+    201: {"description": "A new task.", "headers": {EXISTED: _EXISTED_DOC}},
+    200: {
+        "model": TaskOut,
+        "description": "A live task already held the key: that task, unchanged (with replace: updated).",
+        "headers": {EXISTED: _EXISTED_DOC},
+    },
+    **responses(401, 409, 413, 422, 429, 503),
+}
 
 
 def router(app: App, db: Database, read: Any, write: Any) -> APIRouter:
@@ -53,13 +69,19 @@ def router(app: App, db: Database, read: Any, write: Any) -> APIRouter:
         response_model=TaskOut,
         status_code=201,
         dependencies=[write],
-        responses=responses(401, 413, 422, 429, 503),
-        summary="Schedule a registered task (with a key: the live task holding that key)",
+        responses=SCHEDULED,
+        summary="Schedule a registered task (with a key: the live task holding that key, 200)",
     )
     @guard
-    def schedule(body: ScheduleIn) -> TaskOut:
+    def schedule(body: ScheduleIn, response: Response) -> TaskOut:
+        """201 with a new task; 200 with the live task that already held ``key``:
+        unchanged, or with ``replace: true`` updated in place to this definition. The
+        ``Tickwork-Existed`` header says which, too (the body is the task's shape)."""
         fields = body.model_dump(exclude_none=True, exclude={"name"})
-        return task_out(app.schedule(body.name, **fields))
+        stored = app.schedule(body.name, **fields)
+        response.status_code = 200 if stored.existed else 201
+        response.headers[EXISTED] = "true" if stored.existed else "false"
+        return task_out(stored)
 
     @r.get(
         "/tasks/{task_id}",
