@@ -3,21 +3,13 @@ demand, in the same bounded batches a node uses (``Store.prune``)."""
 
 from __future__ import annotations
 
-import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import click
 
 from tickwork.cli import common
 from tickwork.cli.common import DURATION, errors_as_messages, load_app
-from tickwork.model import PruneCounts
-from tickwork.store import Store
-
-BATCH_ROWS = 1000
-DRY_RUN_LIMIT = 2**62
-"""A dry run counts everything in one read: nothing is locked or deleted."""
-BUSY_WAIT_S = 60.0
-"""How long to wait for a node that holds the prune lock before giving up."""
+from tickwork.errors import PruneBusy
 
 
 @click.command()
@@ -39,29 +31,14 @@ def prune(app_spec: str, older_than: float | None, keep_last: int | None, dry_ru
         common.console.print("retention=None keeps everything: give --older-than to prune anyway", markup=False)
         return
     keep = app.keep_last if keep_last is None else keep_last
-    store = app.store
-    cutoff = store.now() - age
-    counts = store.prune(cutoff, keep, DRY_RUN_LIMIT, dry_run=True) if dry_run else _prune_all(store, cutoff, keep)
+    cutoff = app.store.now() - age
+    try:
+        counts = app.prune(age, keep_last=keep, dry_run=dry_run)
+    except PruneBusy as exc:
+        raise click.ClickException(str(exc)) from None
     verb = "would delete" if dry_run else "deleted"
     common.console.print(
         f"{verb} {counts.executions} executions and {counts.tasks} ended one-time tasks "
         f"(ended before {cutoff.isoformat(timespec='seconds')}; keeping the newest {keep} runs of each recurring task)",
         markup=False,
     )
-
-
-def _prune_all(store: Store, cutoff: datetime, keep: int) -> PruneCounts:
-    """Batches until one deletes nothing, waiting while a node holds the prune lock."""
-    total = PruneCounts()
-    deadline = time.monotonic() + BUSY_WAIT_S
-    while True:
-        counts = store.prune(cutoff, keep, BATCH_ROWS)
-        total += PruneCounts(counts.executions, counts.tasks)
-        if counts.busy:
-            if time.monotonic() > deadline:
-                raise click.ClickException("another node held the prune lock for a minute: try again later")
-            time.sleep(0.5)
-            continue
-        if not counts.rows:
-            return total
-        deadline = time.monotonic() + BUSY_WAIT_S
