@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests import test_store_contract as contract
-from tests.conftest import FAKE, STORE_KINDS, wait_for
+from tests.conftest import FAKE, wait_for
 from tests.test_store_contract import (
     LEASE,
     NAME,
@@ -66,13 +66,6 @@ def twin(store_kind: str, store: Store, request: pytest.FixtureRequest) -> Itera
     other = open_store(request.getfixturevalue("store_url"))
     yield other
     other.close()
-
-
-def real_stores_break(reason: str) -> pytest.MarkDecorator:
-    """A contract the real stores break (a bug in tickwork/store, reported and not fixed
-    here): a strict xfail on each real store, a pass required of the fake."""
-    broken = [pytest.param(kind, marks=pytest.mark.xfail(strict=True, reason=reason)) for kind in STORE_KINDS]
-    return pytest.mark.parametrize("store_kind", [*broken, FAKE], indirect=True)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -341,11 +334,6 @@ def test_an_end_of_the_task_spends_the_replan(store: Store, end: str) -> None:
         assert after.scheduled_at == c.task.scheduled_at
 
 
-@real_stores_break(
-    "write_outcome (queries.sql) / write_outcomes_batch (postgres.sql) and release_task clear replan_at by "
-    "the decided :task_status/:attempt (a retry: PENDING, attempt > 0), not by the status cancel_wins writes: "
-    "a cancel landing during a retrying run ends the task CANCELLED with its replan_at/replan_run_at kept"
-)
 @pytest.mark.parametrize("write", ["finish", "release"])
 def test_a_cancel_winning_over_a_retry_spends_the_replan(store: Store, write: str) -> None:
     task = insert_one(store, recurring(store, max_retries=2, retry_backoff=0.001))
@@ -685,12 +673,6 @@ def test_a_forced_dry_run_plans_as_the_forced_sync_would(store: Store) -> None:
     assert dry.seen > first.seen  # seen now, as the forced sync would be
 
 
-@real_stores_break(
-    "edits.sync_schedules (since 44a3766) plans a forced sync with first_seen=None, i.e. view.seen = a fresh "
-    "approximate_now() read after the restamp stored :now, so the schedules it writes get a declared_at later "
-    "than the set's stored first_seen; the set's next (unforced) sync then finds its own schedules 'kept' "
-    "(written by a newer declaration) instead of 'unchanged'"
-)
 def test_a_forced_sync_s_set_is_seen_as_it_was_stamped(store: Store) -> None:
     key, d = "forced.own", digest()
     declared = [(key, code_task(store, key))]

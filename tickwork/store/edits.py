@@ -119,7 +119,8 @@ def sync_schedules(
             if force:
                 s.execute("restamp_schedule_set", {"digest": digest, "now": now})
         seen_row = s.fetch_one("schedule_set_seen", {"digest": digest})
-        first_seen = None if seen_row is None or force else seen_row["first_seen"]  # None: seen now
+        # A forced dry run previews the set as seen now; a forced sync reads back its restamp.
+        first_seen = None if seen_row is None or (force and dry_run) else seen_row["first_seen"]
         view = _view(d, rows, s, keys, names, first_seen)
         writes = plan(view)
         if dry_run:

@@ -120,8 +120,12 @@ WITH o AS (
                            THEN t.replan_run_at ELSE o.next_run_at END,
         triggered = CASE WHEN t.replan_at IS NOT NULL AND o.task_status = 'PENDING' AND o.attempt = 0
                          THEN FALSE ELSE o.triggered END,
-        replan_at = CASE WHEN o.task_status <> 'PENDING' OR o.attempt = 0 THEN NULL ELSE t.replan_at END,
-        replan_run_at = CASE WHEN o.task_status <> 'PENDING' OR o.attempt = 0 THEN NULL ELSE t.replan_run_at END,
+        replan_at = CASE WHEN o.task_status <> 'PENDING' OR o.attempt = 0
+                              OR (t.cancel_requested AND NOT t.cancel_run_only)
+                         THEN NULL ELSE t.replan_at END,
+        replan_run_at = CASE WHEN o.task_status <> 'PENDING' OR o.attempt = 0
+                                  OR (t.cancel_requested AND NOT t.cancel_run_only)
+                             THEN NULL ELSE t.replan_run_at END,
         attempt = o.attempt, last_status = o.status,
         run_count = t.run_count + CASE WHEN o.status = 'SKIPPED' THEN 0 ELSE 1 END,
         last_decision = COALESCE(o.decision, t.last_decision),

@@ -87,8 +87,10 @@ SET status = CASE WHEN cancel_requested AND NOT cancel_run_only AND :task_status
                        THEN replan_run_at ELSE :next_run_at END,
     triggered = CASE WHEN replan_at IS NOT NULL AND :task_status = 'PENDING' AND :attempt = 0
                      THEN FALSE ELSE :triggered END,
-    replan_at = CASE WHEN :task_status <> 'PENDING' OR :attempt = 0 THEN NULL ELSE replan_at END,
-    replan_run_at = CASE WHEN :task_status <> 'PENDING' OR :attempt = 0 THEN NULL ELSE replan_run_at END,
+    replan_at = CASE WHEN :task_status <> 'PENDING' OR :attempt = 0 OR (cancel_requested AND NOT cancel_run_only)
+                     THEN NULL ELSE replan_at END,
+    replan_run_at = CASE WHEN :task_status <> 'PENDING' OR :attempt = 0 OR (cancel_requested AND NOT cancel_run_only)
+                         THEN NULL ELSE replan_run_at END,
     attempt = :attempt,
     run_count = run_count + CASE WHEN :status = 'SKIPPED' THEN 0 ELSE 1 END,
     last_status = :status, last_decision = COALESCE(:decision, last_decision),
@@ -115,8 +117,8 @@ SET status = CASE WHEN cancel_requested AND NOT cancel_run_only THEN 'CANCELLED'
     scheduled_at = CASE WHEN replan_at IS NOT NULL AND attempt = 1 THEN replan_at ELSE scheduled_at END,
     next_run_at = CASE WHEN replan_at IS NOT NULL AND attempt = 1 THEN replan_run_at ELSE next_run_at END,
     triggered = CASE WHEN replan_at IS NOT NULL AND attempt = 1 THEN FALSE ELSE triggered END,
-    replan_run_at = CASE WHEN attempt = 1 THEN NULL ELSE replan_run_at END,
-    replan_at = CASE WHEN attempt = 1 THEN NULL ELSE replan_at END,
+    replan_run_at = CASE WHEN attempt = 1 OR (cancel_requested AND NOT cancel_run_only) THEN NULL ELSE replan_run_at END,
+    replan_at = CASE WHEN attempt = 1 OR (cancel_requested AND NOT cancel_run_only) THEN NULL ELSE replan_at END,
     attempt = attempt - 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
 RETURNING id;
