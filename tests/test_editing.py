@@ -247,3 +247,15 @@ def test_the_digest_names_a_declaration_set_exactly() -> None:
     assert digest(one, ["job"]) == digest(same, ["job"])
     assert digest(one, ["job"]) != digest(other, ["job"])
     assert digest(one, ["job"]) != digest(one, ["job", "more"])
+
+
+def test_a_replaced_run_at_the_schedules_end_completes_the_task() -> None:
+    from tickwork.model import ExecutionStatus
+    from tickwork.schedules import settle
+
+    last = make_task(status=Status.RUNNING, scheduled_at=T0, max_runs=2, run_count=1)
+    assert settle(last, ExecutionStatus.CANCELLED, NOW, replaced=True).status is Status.COMPLETED
+    ending = make_task(status=Status.RUNNING, scheduled_at=T0, until=T0 + timedelta(seconds=30))
+    assert settle(ending, ExecutionStatus.CANCELLED, NOW, replaced=True).status is Status.COMPLETED
+    going_on = make_task(status=Status.RUNNING, scheduled_at=T0, until=T0 + timedelta(seconds=60))
+    assert settle(going_on, ExecutionStatus.CANCELLED, NOW, replaced=True).status is Status.PENDING

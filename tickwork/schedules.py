@@ -163,6 +163,8 @@ def settle(
     replaced = replaced or (task.cancel_requested and task.cancel_run_only and task.kind is Kind.RECURRING)
     if replaced and not cancels_task:
         slot = next_slot(task, now)
+        if past_until(task, slot) or runs_used_up(task, task.run_count + 1):
+            return Settlement(Status.COMPLETED, task.scheduled_at, task.next_run_at, 0, False)
         return Settlement(Status.PENDING, slot, slot + jitter_offset(task.id, slot, task.jitter), 0, False)
     if cancels_task or outcome is ExecutionStatus.CANCELLED:
         return Settlement(Status.CANCELLED, task.scheduled_at, task.next_run_at, task.attempt, task.triggered)
