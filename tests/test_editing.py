@@ -14,8 +14,9 @@ from tickwork import Context, InvalidInput, InvalidState
 from tickwork.changes import SyncView
 from tickwork.declarations import REMOVED, Declarations, digest, periodic_args, plan, resolved
 from tickwork.editing import retried, updated
-from tickwork.model import Kind, NewTask, Status, Task
+from tickwork.model import ExecutionStatus, Kind, NewTask, Status, Task
 from tickwork.registry import Registry, TaskDef, TaskOptions
+from tickwork.schedules import settle
 
 LIMITS: dict[str, Any] = {"max_payload": 65536, "misfire_grace": 60.0}
 NOW = T0 + timedelta(minutes=30)
@@ -250,9 +251,6 @@ def test_the_digest_names_a_declaration_set_exactly() -> None:
 
 
 def test_a_replaced_run_at_the_schedules_end_completes_the_task() -> None:
-    from tickwork.model import ExecutionStatus
-    from tickwork.schedules import settle
-
     last = make_task(status=Status.RUNNING, scheduled_at=T0, max_runs=2, run_count=1)
     assert settle(last, ExecutionStatus.CANCELLED, NOW, replaced=True).status is Status.COMPLETED
     ending = make_task(status=Status.RUNNING, scheduled_at=T0, until=T0 + timedelta(seconds=30))
