@@ -14,22 +14,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_for
+from tests.test_worker import Node
 from tickwork import App, Context, ExecutionStatus, InvalidState, Status
 
 LEASE = 5.0
-
-
-class Node:
-    def __init__(self, app: App) -> None:
-        self.worker = app.worker(concurrency=2)
-        self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False})
-        self.thread.start()
-        assert self.worker.started.wait(10)
-
-    def stop(self) -> None:
-        self.worker.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
 
 
 class Seen:
