@@ -74,9 +74,7 @@ def router(app: App, db: Database, read: Any, write: Any) -> APIRouter:
     )
     @guard
     def schedule(body: ScheduleIn, response: Response) -> TaskOut:
-        """201 with a new task; 200 with the live task that already held ``key``:
-        unchanged, or with ``replace: true`` updated in place to this definition. The
-        ``Tickwork-Existed`` header says which, too (the body is the task's shape)."""
+        """201 a new task; 200 the live task holding ``key`` (with ``replace``: updated)."""
         fields = body.model_dump(exclude_none=True, exclude={"name"})
         stored = app.schedule(body.name, **fields)
         response.status_code = 200 if stored.existed else 201
