@@ -1,7 +1,9 @@
 // tickwork dashboard: keep the page live without a reload.
 // Every few seconds, fetch this same URL and swap in the fresh <main id="live">, keeping
 // open tracebacks open. It waits while the tab is hidden, while you type in a field of
-// the page, or when you switch "live" off (remembered in this browser).
+// the page, once you have changed a form marked data-hold (the edit form: what you typed
+// is kept until you save or leave), or when you switch "live" off (remembered in this
+// browser).
 (function () {
   "use strict";
   var region = document.getElementById("live");
@@ -19,6 +21,13 @@
     });
   }
   var busy = false;
+  var held = false;
+  region.addEventListener("input", function (event) {
+    var form = event.target && event.target.form;
+    if (form && form.hasAttribute("data-hold")) {
+      held = true;
+    }
+  });
 
   function typing() {
     var active = document.activeElement;
@@ -26,7 +35,7 @@
   }
 
   function refresh() {
-    if (busy || document.hidden || (toggle && !toggle.checked) || typing()) {
+    if (busy || held || document.hidden || (toggle && !toggle.checked) || typing()) {
       return;
     }
     busy = true;
