@@ -20,11 +20,13 @@ HISTORY = "bench.history"
 SPAN = timedelta(days=30)
 
 # One row per execution slot g in 1..E: slot g is the one-time run of task k = g*T/E
-# when that quotient grows at g (T of the E slots), else a run of recurring task g % R.
+# when that quotient grows at g (T of the E slots), else a run of recurring task
+# 1 + j % R, j counting the slots that are not one-time runs (so each gets its share).
 _SLOTS_PG = """
 SELECT g,
        (g * %(t)s) / %(e)s > ((g - 1) * %(t)s) / %(e)s AS one_time,
        %(r)s + (g * %(t)s) / %(e)s AS task,
+       1 + (g - (g * %(t)s) / %(e)s) %% %(r)s AS recurring,
        %(base)s::timestamptz + g * %(step)s * interval '1 microsecond' AS at
 FROM generate_series(1::bigint, %(e)s) AS g
 """
@@ -35,7 +37,7 @@ _PG = [
     SELECT g, '{HISTORY}.recurring', 'RECURRING', 3600, %(base)s, %(future)s, 'PENDING', %(base)s, %(base)s
     FROM generate_series(1, %(r)s) AS g""",
     f"""INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, finished_at, status, node, fence)
-    SELECT CASE WHEN one_time THEN task ELSE 1 + g %% %(r)s END, 1, at - interval '1 second',
+    SELECT CASE WHEN one_time THEN task ELSE recurring END, 1, at - interval '1 second',
            at - interval '1 second', at,
            CASE WHEN one_time AND task %% 20 = 0 THEN 'FAILED' WHEN one_time AND task %% 50 = 1 THEN 'CANCELLED'
                 ELSE 'COMPLETED' END,
@@ -53,6 +55,7 @@ WITH RECURSIVE n(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM n WHERE g < :e)
 SELECT g,
        (g * :t) / :e > ((g - 1) * :t) / :e AS one_time,
        :r + (g * :t) / :e AS task,
+       1 + (g - (g * :t) / :e) % :r AS recurring,
        :base + g * :step AS at
 FROM n
 """
@@ -63,7 +66,7 @@ _SQLITE = [
     WITH RECURSIVE n(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM n WHERE g < :r)
     SELECT g, '{HISTORY}.recurring', 'RECURRING', 3600, :base, :future, 'PENDING', :base, :base FROM n""",
     f"""INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, finished_at, status, node, fence)
-    SELECT CASE WHEN one_time THEN task ELSE 1 + g % :r END, 1, at - 1000000, at - 1000000, at,
+    SELECT CASE WHEN one_time THEN task ELSE recurring END, 1, at - 1000000, at - 1000000, at,
            CASE WHEN one_time AND task % 20 = 0 THEN 'FAILED' WHEN one_time AND task % 50 = 1 THEN 'CANCELLED'
                 ELSE 'COMPLETED' END,
            'bench-history', 1

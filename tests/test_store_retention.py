@@ -309,3 +309,20 @@ def test_a_task_retried_after_the_pick_keeps_its_executions(store: Store, again:
     else:  # its first attempt is old by itself, its second is young
         assert counts == PruneCounts(executions=2, tasks=1)
         assert runs == [(2, ExecutionStatus.FAILED)]
+
+
+def test_a_pass_with_nothing_old_walks_an_index_not_the_table(tmp_path: Path) -> None:
+    """On SQLite's plan (PostgreSQL's depends on its statistics: bench/retention.py's store)."""
+    store = open_store(f"sqlite:///{tmp_path}/t.db")
+    store.migrate()
+    assert isinstance(store, SQLStore)
+    d = store.dialect
+    queries = ("prune_executions", "prune_count")
+    d.texts = {**d.texts, **{f"plan_{q}": "EXPLAIN QUERY PLAN " + d.texts[q] for q in queries}}  # type: ignore[attr-defined]
+    params = {"cutoff": d.encode_time(later(store)), "keep_last": 20, "limit": 500}
+    with d.reader() as s:
+        for query in queries:
+            plan = [str(r["detail"]) for r in s.fetch_all(f"plan_{query}", params)]
+            assert any("USING INDEX tickwork_executions_slot" in step for step in plan), plan
+            assert not any(step.startswith("SCAN e") for step in plan), plan
+    store.close()

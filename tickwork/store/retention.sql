@@ -27,18 +27,21 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND kind = 'ONE_TIME' AND status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND updated_at < :cutoff;
 
 -- name: prune_executions
--- Ended executions that finished before :cutoff, oldest first (tickwork_executions_ended:
--- with nothing old, one index lookup), except a recurring task's newest :keep_last (those
--- with an id above its (:keep_last + 1)-th newest's) and any of a task that is running.
--- An execution whose task is gone goes by age.
+-- Ended executions that finished before :cutoff, except a recurring task's newest
+-- :keep_last (those with an id above its (:keep_last + 1)-th newest's) and any of a task
+-- that is running. An execution whose task is gone goes by age. A run ends after its
+-- slot, so the walk is bounded by scheduled_for < :cutoff, oldest slot first, on
+-- tickwork_executions_slot: with nothing old, one index lookup (a row whose slot were
+-- after its end would wait for the cutoff to pass its slot). An index on finished_at
+-- would do too, but finishing a run would then change an indexed column: no HOT update.
 DELETE FROM tickwork_executions
 WHERE id IN (
     SELECT e.id FROM tickwork_executions e LEFT JOIN tickwork_tasks t ON t.id = e.task_id
-    WHERE e.status <> 'RUNNING' AND e.finished_at < :cutoff
+    WHERE e.scheduled_for < :cutoff AND e.status <> 'RUNNING' AND e.finished_at < :cutoff
       AND (t.id IS NULL OR (t.status <> 'RUNNING' AND (t.kind = 'ONE_TIME' OR e.id <= (
           SELECT k.id FROM tickwork_executions k WHERE k.task_id = e.task_id
           ORDER BY k.id DESC LIMIT 1 OFFSET :keep_last))))
-    ORDER BY e.finished_at
+    ORDER BY e.scheduled_for
     LIMIT :limit)
   AND status <> 'RUNNING';
 
@@ -51,12 +54,12 @@ WITH doomed AS (
     LIMIT :limit
 ), aged AS (
     SELECT e.id FROM tickwork_executions e LEFT JOIN tickwork_tasks t ON t.id = e.task_id
-    WHERE e.status <> 'RUNNING' AND e.finished_at < :cutoff
+    WHERE e.scheduled_for < :cutoff AND e.status <> 'RUNNING' AND e.finished_at < :cutoff
       AND e.task_id NOT IN (SELECT id FROM doomed)
       AND (t.id IS NULL OR (t.status <> 'RUNNING' AND (t.kind = 'ONE_TIME' OR e.id <= (
           SELECT k.id FROM tickwork_executions k WHERE k.task_id = e.task_id
           ORDER BY k.id DESC LIMIT 1 OFFSET :keep_last))))
-    ORDER BY e.finished_at
+    ORDER BY e.scheduled_for
     LIMIT :limit
 )
 SELECT (SELECT COUNT(*) FROM doomed) AS tasks,
