@@ -40,7 +40,7 @@ def make_app(url: str | None = None) -> App:
     app = App(url, lease=5.0, heartbeat=0.5, poll_interval=0.2, shutdown_grace=5.0, max_payload=2048)
 
     @app.task(name="web.ok")
-    def ok(ctx: Context, value: object = None, *more: object) -> object:
+    def ok(ctx: Context, *args: object, value: object = None) -> object:
         return value
 
     @app.task(name="web.fail")

@@ -64,6 +64,7 @@ def test_an_ended_task_cannot_be_updated(status: Status) -> None:
         ({"until": T0.replace(tzinfo=None)}, "until"),
         ({"kwargs": [1, 2]}, "kwargs"),
         ({"max_runtime": 0}, "max_runtime"),
+        ({"cron": "* * * * *", "every": 60}, "every"),
     ],
 )
 def test_update_checks_values_as_schedule_does(changes: dict[str, Any], field: str) -> None:

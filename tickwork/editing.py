@@ -101,6 +101,8 @@ def _merged(task: Task, changes: Mapping[str, Any]) -> planning.ScheduleArgs:
     """``schedule()``'s arguments that would make ``task`` as ``changes`` want it: what
     is not changed is the task's own (giving ``every`` replaces ``cron``, and back)."""
     cron, every = task.cron, task.interval
+    if changes.get("cron") is not None and changes.get("every") is not None:
+        raise InvalidInput("every", changes["every"], "give either cron or every, not both")
     if changes.get("cron") is not None:
         cron, every = changes["cron"], None
     if changes.get("every") is not None:
