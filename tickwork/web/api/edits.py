@@ -13,7 +13,6 @@ from typing import Any
 from fastapi import APIRouter
 
 from tickwork.app import App
-from tickwork.errors import InvalidInput
 from tickwork.web.api.params import TaskId
 from tickwork.web.api.shapes import showable, task_out
 from tickwork.web.database import Database
@@ -38,8 +37,6 @@ def router(app: App, db: Database, write: Any) -> APIRouter:
         ``until`` or ``max_runs``. 409 for an ended task (COMPLETED, FAILED, CANCELLED:
         retry it first) or one that kept changing while it was edited."""
         changes = body.model_dump(exclude_unset=True)
-        if "cron" in changes and "every" in changes:  # update() would let every win
-            raise InvalidInput("every", changes["every"], "give cron or every, not both")
         showable(app, task_id, "update")
         return task_out(app.update(task_id, **changes))
 
