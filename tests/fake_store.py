@@ -53,6 +53,7 @@ from tickwork.model import (
     Task,
     TaskHeader,
 )
+from tickwork.schedules import edited_decision
 from tickwork.store import retention
 from tickwork.store.sql import RECENT_RUNS_WINDOW
 
@@ -594,20 +595,20 @@ class FakeStore:
             return False
         if expired_only and not (task.lease_expires_at is not None and task.lease_expires_at < now):
             return False  # the owner renewed first: its run is not lost
-        # Cancel wins over the outcome's decision (made from a snapshot that may predate
-        # the request), except over a completed one-time run; a run-only cancel is spent.
-        cancels = task.cancel_requested and not task.cancel_run_only and o.task_status is not Status.COMPLETED
+        # An edit made while the run went on (replan_at) turns a recurring completion by
+        # the claimed ends into going on (schedules.edited_decision); then cancel wins
+        # over that decision, except over a completion; a run-only cancel is spent.
+        decided = edited_decision(o.task_status, task)
+        cancels = task.cancel_requested and not task.cancel_run_only and decided is not Status.COMPLETED
         decision = clean_text(o.decision) if o.decision else None
-        # A schedule edited while the run went on (replan_at) is taken when the task
-        # moves on to a next slot; a retry of this slot keeps it for later; any end of
-        # the task (cancel winning included) spends it. The SQL stores keep it when a cancel
-        # wins over a retry: test_a_cancel_winning_over_a_retry_spends_the_replan, an xfail.
-        moves_on = o.task_status is Status.PENDING and o.attempt == 0
+        # The replan is taken when the task moves on to a next slot; a retry of this slot
+        # keeps it for later; any end of the task (cancel winning included) spends it.
+        moves_on = decided is Status.PENDING and o.attempt == 0
         replan = _replan(task) if moves_on else None
         retrying = o.task_status is Status.PENDING and o.attempt != 0 and not cancels
         self._tasks[task.id] = dataclasses.replace(
             task,
-            status=Status.CANCELLED if cancels else o.task_status,
+            status=Status.CANCELLED if cancels else decided,
             cancel_requested=cancels,
             cancel_run_only=False,
             scheduled_at=_utc(o.scheduled_at) if replan is None else replan[0],
@@ -616,7 +617,7 @@ class FakeStore:
             triggered=o.triggered if replan is None else False,
             replan_at=task.replan_at if retrying else None,
             replan_run_at=task.replan_run_at if retrying else None,
-            run_count=task.run_count + (0 if o.status is ExecutionStatus.SKIPPED else 1),
+            run_count=task.run_count + (0 if o.status is ExecutionStatus.SKIPPED or not o.counts else 1),
             last_status=o.status,
             last_decision=decision if decision is not None else task.last_decision,
             lease_owner=None,
@@ -661,22 +662,15 @@ class FakeStore:
                 if task is None:
                     continue
                 cancels = task.cancel_requested and not task.cancel_run_only
-                # A schedule edited while a first attempt's claim waited applies now:
-                # its run never started. A retry's claim keeps it for the retry (unless a
-                # cancel ends the task: the SQL stores keep it then, an xfail).
-                first = task.attempt == 1
-                replan = _replan(task) if first else None
-                keeps = not first and not cancels
+                # A pending replan waits for the end of the run the slot will still get;
+                # a cancel that wins spends it.
                 self._tasks[task.id] = dataclasses.replace(
                     task,
                     status=Status.CANCELLED if cancels else Status.PENDING,
                     cancel_requested=cancels,
                     cancel_run_only=False,
-                    scheduled_at=task.scheduled_at if replan is None else replan[0],
-                    next_run_at=task.next_run_at if replan is None else replan[1],
-                    triggered=task.triggered if replan is None else False,
-                    replan_at=task.replan_at if keeps else None,
-                    replan_run_at=task.replan_run_at if keeps else None,
+                    replan_at=None if cancels else task.replan_at,
+                    replan_run_at=None if cancels else task.replan_run_at,
                     attempt=task.attempt - 1,
                     lease_owner=None,
                     lease_expires_at=None,
@@ -1019,6 +1013,8 @@ def _cancel_task(task: Task, now: datetime) -> Task:
         cancel_run_only=False,
         status=Status.RUNNING if running else Status.CANCELLED,
         version=task.version if running else task.version + 1,
+        replan_at=task.replan_at if running else None,
+        replan_run_at=task.replan_run_at if running else None,
         updated_at=now,
     )
 

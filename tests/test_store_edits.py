@@ -330,7 +330,7 @@ def test_an_end_of_the_task_spends_the_replan(store: Store, end: str) -> None:
     after = get(store, task.id)
     assert after.status is Status(end.upper())
     assert (after.replan_at, after.replan_run_at) == (None, None)
-    if end != "cancelled":
+    if end == "failed":
         assert after.scheduled_at == c.task.scheduled_at
 
 
@@ -353,16 +353,21 @@ def test_a_cancel_winning_over_a_retry_spends_the_replan(store: Store, write: st
     assert (after.replan_at, after.replan_run_at) == (None, None)
 
 
-def test_a_claim_given_back_takes_the_replan_of_its_first_attempt(store: Store) -> None:
+def test_a_claim_given_back_keeps_the_replan_for_the_run_its_slot_still_gets(store: Store) -> None:
     task = insert_one(store, recurring(store))
     c = claim_one(store)
     written = replanned(store, c)
     assert store.release(NODE, [c]) == 1
     after = get(store, task.id)
-    assert (after.status, after.attempt, after.version, after.triggered) == (Status.PENDING, 0, c.fence, False)
-    assert (after.scheduled_at, after.next_run_at) == (written.replan_at, written.replan_run_at)
-    assert (after.replan_at, after.replan_run_at) == (None, None)
+    assert (after.status, after.attempt, after.version) == (Status.PENDING, 0, c.fence)
+    assert (after.scheduled_at, after.next_run_at) == (c.task.scheduled_at, c.task.next_run_at)  # the slot still runs
+    assert (after.replan_at, after.replan_run_at) == (written.replan_at, written.replan_run_at)
     assert executions_of(store, task.id) == []
+    again = claim_one(store)
+    assert again.scheduled_for == c.scheduled_for
+    finish(store, again)
+    moved = get(store, task.id)
+    assert (moved.scheduled_at, moved.next_run_at, moved.replan_at) == (written.replan_at, written.replan_run_at, None)
 
     # A retry's claim given back keeps it: the retry of its slot is still to run.
     retried = insert_one(store, recurring(store, name=OTHER, max_retries=1, retry_backoff=0.001))
@@ -875,3 +880,54 @@ def test_missed_slots_are_run_by_the_misfire_policy_up_to_until(
     assert after.status is Status.COMPLETED
     assert ran(store, task.id) == [slot + timedelta(seconds=s) for s in runs]
     assert all(run <= until for run in ran(store, task.id))
+
+
+# -- ends edited while a run goes on ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("edited", ["max_runs", "until"])
+def test_ends_moved_while_the_last_run_goes_on_let_the_task_go_on(store: Store, edited: str) -> None:
+    first = at(store, -10)
+    ends: dict[str, Any] = {"max_runs": 1} if edited == "max_runs" else {"until": first}
+    task = insert_one(store, recurring(store, **ends))
+    c = claim_one(store)
+    moved = {"max_runs": 5} if edited == "max_runs" else {"until": at(store, 86400)}
+    written = replanned(store, c, **moved)
+    finish(store, c)  # decided from the claim: the old ends complete the task
+    after = get(store, task.id)
+    assert after.status is Status.PENDING and after.run_count == 1
+    assert (after.scheduled_at, after.next_run_at, after.replan_at) == (written.replan_at, written.replan_run_at, None)
+
+
+def test_a_replan_past_the_current_ends_completes_the_task(store: Store) -> None:
+    task = insert_one(store, recurring(store, max_runs=1))
+    c = claim_one(store)
+    replanned(store, c, until=at(store, 60))  # the edited slot (in 600 s) is past the new until
+    finish(store, c)
+    after = get(store, task.id)
+    assert after.status is Status.COMPLETED and after.replan_at is None
+
+
+def test_a_cancel_of_a_waiting_task_spends_its_replan(store: Store) -> None:
+    insert_one(store, recurring(store, max_retries=1, retry_backoff=600))
+    c = claim_one(store)
+    replanned(store, c)
+    finish(store, c, ExecutionStatus.FAILED)  # a retry is pending: the replan waits for it
+    waiting = get(store, c.task.id)
+    assert waiting.status is Status.PENDING and waiting.replan_at is not None
+    cancelled = store.cancel(c.task.id)
+    assert cancelled is not None and cancelled.status is Status.CANCELLED
+    assert (cancelled.replan_at, cancelled.replan_run_at) == (None, None)
+
+
+def test_a_run_interrupted_by_shutdown_does_not_count_toward_max_runs(store: Store) -> None:
+    task = insert_one(store, recurring(store, max_runs=1))
+    c = claim_one(store)
+    interrupted = outcome_of(c, ExecutionStatus.FAILED, store.now(), interrupted=True)
+    assert store.finish(NODE, [interrupted]) == [True]
+    after = get(store, task.id)
+    assert (after.status, after.run_count) == (Status.PENDING, 0)
+    again = claim_one(store)
+    assert again.scheduled_for == c.scheduled_for  # the slot runs again, and is not refused
+    finish(store, again)
+    assert get(store, task.id).status is Status.COMPLETED

@@ -21,7 +21,7 @@ from tickwork.changes import Edit
 from tickwork.errors import InvalidInput, InvalidState
 from tickwork.model import Kind, NewTask, Status, Task
 from tickwork.registry import TaskDef, TaskOptions
-from tickwork.schedules import jitter_offset, schedule_of
+from tickwork.schedules import jitter_offset, next_slot, schedule_of
 
 SCHEDULE = ("cron", "every", "timezone")
 POLICIES = (
@@ -146,8 +146,17 @@ def edit_to(task: Task, new: NewTask, *, reschedule: bool, declared_at: datetime
         after = dataclasses.replace(after, declared_at=declared_at)
     slot = new.scheduled_at
     run_at = slot + jitter_offset(task.id, slot, new.jitter)
+    ends_changed = (new.until, new.max_runs) != (task.until, task.max_runs)
     if reschedule and task.status is Status.RUNNING:
         after = dataclasses.replace(after, replan_at=slot, replan_run_at=run_at)
+    elif ends_changed and task.status is Status.RUNNING and task.kind is Kind.RECURRING and task.replan_at is None:
+        # The run was claimed with the old ends, which may complete the task when it
+        # ends: a pending replan to the slot it goes on to makes the store judge the new
+        # ends at the next claim instead (schedules.edited_decision).
+        going_on = task.scheduled_at if task.triggered else next_slot(task, task.scheduled_at)
+        after = dataclasses.replace(
+            after, replan_at=going_on, replan_run_at=going_on + jitter_offset(task.id, going_on, task.jitter)
+        )
     elif reschedule and task.triggered:  # a manual run is waiting: it stays, ahead of the new slot
         after = dataclasses.replace(after, scheduled_at=slot, replan_at=None, replan_run_at=None)
     elif reschedule:

@@ -338,6 +338,9 @@ class Outcome:
     """A misfire decision to keep on the task (``last_decision``)."""
     result: Any = None
     note: str | None = None
+    counts: bool = True
+    """The run counts in ``run_count`` (and toward ``max_runs``); not one interrupted by
+    its node's shutdown, whose slot runs again."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -164,7 +164,7 @@ def settle(
     if replaced and not cancels_task:
         slot = next_slot(task, now)
         if past_until(task, slot) or runs_used_up(task, task.run_count + 1):
-            return Settlement(Status.COMPLETED, task.scheduled_at, task.next_run_at, 0, False)
+            return _ended(task, slot)
         return Settlement(Status.PENDING, slot, slot + jitter_offset(task.id, slot, task.jitter), 0, False)
     if cancels_task or outcome is ExecutionStatus.CANCELLED:
         return Settlement(Status.CANCELLED, task.scheduled_at, task.next_run_at, task.attempt, task.triggered)
@@ -172,7 +172,7 @@ def settle(
         return Settlement(Status.PENDING, task.scheduled_at, now, task.attempt - 1, task.triggered)
     failed = outcome in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT)
     if task.kind is Kind.RECURRING and runs_used_up(task, task.run_count + 1):
-        return Settlement(Status.COMPLETED, task.scheduled_at, task.next_run_at, task.attempt, False)
+        return _ended(task, task.scheduled_at if task.triggered else next_slot(task, now))
     if failed and task.attempt <= task.max_retries:
         delay = timedelta(seconds=retry_delay(task.attempt, task.retry_backoff))
         return Settlement(Status.PENDING, task.scheduled_at, now + delay, task.attempt, task.triggered)
@@ -182,9 +182,31 @@ def settle(
     # A manual (triggered) run does not consume the nominal slot it was run ahead of.
     slot = task.scheduled_at if task.triggered else next_slot(task, now)
     if past_until(task, slot):
-        return Settlement(Status.COMPLETED, task.scheduled_at, task.next_run_at, 0, False)
+        return _ended(task, slot)
     next_run = slot + jitter_offset(task.id, slot, task.jitter)
     return Settlement(Status.PENDING, slot, next_run, 0, False)
+
+
+def _ended(task: Task, slot: datetime) -> Settlement:
+    """A recurring task's schedule reached its end: COMPLETED, at the slot it would have
+    taken next. An edit of its ends made while this run went on (``replan_at``) makes
+    the store write it PENDING at that slot instead (``edited_decision``): the new ends
+    are then judged when it is next claimed."""
+    return Settlement(Status.COMPLETED, slot, slot + jitter_offset(task.id, slot, task.jitter), 0, False)
+
+
+def edited_decision(decided: Status, row: Task) -> Status:
+    """The status an outcome's decision becomes at the write, before ``cancel_wins``,
+    given the task's row as it is then (``row``): when an edit made while the run went
+    on is pending (``replan_at``), a recurring task that the ends it was claimed with
+    completed goes on to the edited slot if its ends as they are now allow it (an edit
+    may have moved ``until`` or ``max_runs``). The store applies this in
+    ``write_outcome`` and ``write_outcomes_batch`` (tests/test_store_rules.py)."""
+    if decided is not Status.COMPLETED or row.kind is not Kind.RECURRING or row.replan_at is None:
+        return decided
+    if past_until(row, row.replan_at) or runs_used_up(row, row.run_count + 1):
+        return decided
+    return Status.PENDING
 
 
 def runs_used_up(task: Task, runs: int) -> bool:
@@ -212,7 +234,8 @@ def outcome_of(
 ) -> Outcome:
     """The fenced write that records a run that ended at ``now`` and applies ``settle``'s decision."""
     s = settle(claim.task, status, now, interrupted=interrupted, replaced=replaced)
-    return _outcome(claim, status, s, now, error=error, result=result, note=note, started_at=started_at)
+    details = {"error": error, "result": result, "note": note, "started_at": started_at, "counts": not interrupted}
+    return _outcome(claim, status, s, now, **details)
 
 
 def _outcome(claim: Claim, status: ExecutionStatus, then: Settlement, now: datetime, **details: Any) -> Outcome:
@@ -342,7 +365,7 @@ def skipped_outcome(claim: Claim, decision: Decision, now: datetime) -> Outcome:
     if task.kind is Kind.ONE_TIME:
         then = Settlement(Status.FAILED, slot, slot, task.attempt - 1, False)
     elif past_until(task, slot) or runs_used_up(task, task.run_count):
-        then = Settlement(Status.COMPLETED, task.scheduled_at, task.next_run_at, task.attempt - 1, False)
+        then = _ended(task, slot)
     else:
         then = Settlement(
             Status.PENDING, slot, slot + jitter_offset(task.id, slot, task.jitter), task.attempt - 1, False

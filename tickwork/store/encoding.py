@@ -69,6 +69,7 @@ def outcome_object(o: Outcome) -> dict[str, Any]:
         "skipped": o.skipped,
         "skipped_last": o.skipped_last.isoformat() if o.skipped_last else None,
         "decision": clean_text(o.decision) if o.decision else None,
+        "counts": o.counts,
     }
 
 

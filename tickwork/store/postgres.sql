@@ -106,28 +106,48 @@ WITH o AS (
         task_id bigint, fence bigint, execution_id bigint, status text, task_status text,
         scheduled_at timestamptz, next_run_at timestamptz, finished_at timestamptz, started_at timestamptz,
         attempt int, triggered boolean, error_type text, error_message text, error_traceback text,
-        result jsonb, note text, skipped int, skipped_last timestamptz, decision text)
+        result jsonb, note text, skipped int, skipped_last timestamptz, decision text, counts boolean)
 ), settled AS (
     UPDATE tickwork_tasks t
-    SET status = CASE WHEN t.cancel_requested AND NOT t.cancel_run_only AND o.task_status <> 'COMPLETED'
-                      THEN 'CANCELLED' ELSE o.task_status END,
-        cancel_requested = t.cancel_requested AND NOT t.cancel_run_only AND o.task_status <> 'COMPLETED',
+    SET status = CASE WHEN t.cancel_requested AND NOT t.cancel_run_only
+                           AND (o.task_status <> 'COMPLETED' OR (t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
+                                                         AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                                                         AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
+                      THEN 'CANCELLED'
+                      WHEN o.task_status = 'COMPLETED' AND t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
+                           AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                           AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)
+                      THEN 'PENDING'
+                      ELSE o.task_status END,
+        cancel_requested = t.cancel_requested AND NOT t.cancel_run_only
+                           AND (o.task_status <> 'COMPLETED' OR (t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
+                                                         AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                                                         AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs))),
         cancel_run_only = FALSE,
         -- replan_at: as in write_outcome.
-        scheduled_at = CASE WHEN t.replan_at IS NOT NULL AND o.task_status = 'PENDING' AND o.attempt = 0
+        scheduled_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0
+                                 AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
+                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
                             THEN t.replan_at ELSE o.scheduled_at END,
-        next_run_at = CASE WHEN t.replan_at IS NOT NULL AND o.task_status = 'PENDING' AND o.attempt = 0
+        next_run_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0
+                                AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
+                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
                            THEN t.replan_run_at ELSE o.next_run_at END,
-        triggered = CASE WHEN t.replan_at IS NOT NULL AND o.task_status = 'PENDING' AND o.attempt = 0
+        triggered = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0
+                              AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
+                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
                          THEN FALSE ELSE o.triggered END,
-        replan_at = CASE WHEN o.task_status <> 'PENDING' OR o.attempt = 0
-                              OR (t.cancel_requested AND NOT t.cancel_run_only)
-                         THEN NULL ELSE t.replan_at END,
-        replan_run_at = CASE WHEN o.task_status <> 'PENDING' OR o.attempt = 0
-                                  OR (t.cancel_requested AND NOT t.cancel_run_only)
-                             THEN NULL ELSE t.replan_run_at END,
+        replan_at = CASE WHEN o.task_status = 'PENDING' AND o.attempt <> 0
+                              AND NOT (t.cancel_requested AND NOT t.cancel_run_only)
+                         THEN t.replan_at END,
+        replan_run_at = CASE WHEN o.task_status = 'PENDING' AND o.attempt <> 0
+                                  AND NOT (t.cancel_requested AND NOT t.cancel_run_only)
+                             THEN t.replan_run_at END,
         attempt = o.attempt, last_status = o.status,
-        run_count = t.run_count + CASE WHEN o.status = 'SKIPPED' THEN 0 ELSE 1 END,
+        run_count = t.run_count + CASE WHEN o.status = 'SKIPPED' OR NOT o.counts THEN 0 ELSE 1 END,
         last_decision = COALESCE(o.decision, t.last_decision),
         lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
     FROM o

@@ -73,26 +73,48 @@ RETURNING id, cancel_requested, cancel_run_only;
 -- Cancel wins: the status and cancel flags are tickwork.schedules.cancel_wins, applied
 -- here to the flags as they are at the write (tests/test_store_rules.py holds this copy
 -- to that function's table).
+-- An edit made while the run went on (replan_at set) overrides two parts of the decision
+-- made from the claim's snapshot (tickwork.schedules.edited_decision, held to the same
+-- table): the task takes the edited slot when it moves on (PENDING, no attempt pending),
+-- and a recurring task that the ends it was claimed with completed goes on to that slot
+-- instead when the task's ends as they are now allow it (until_at, max_runs: an edit may
+-- have moved them). Any other end of the task spends the replan.
 UPDATE tickwork_tasks
-SET status = CASE WHEN cancel_requested AND NOT cancel_run_only AND :task_status <> 'COMPLETED'
-                  THEN 'CANCELLED' ELSE :task_status END,
-    cancel_requested = cancel_requested AND NOT cancel_run_only AND :task_status <> 'COMPLETED',
+SET status = CASE WHEN cancel_requested AND NOT cancel_run_only
+                       AND (:task_status <> 'COMPLETED' OR (kind = 'RECURRING' AND replan_at IS NOT NULL
+                                                       AND (until_at IS NULL OR replan_at <= until_at)
+                                                       AND (max_runs IS NULL OR run_count + 1 < max_runs)))
+                  THEN 'CANCELLED'
+                  WHEN :task_status = 'COMPLETED' AND kind = 'RECURRING' AND replan_at IS NOT NULL
+                       AND (until_at IS NULL OR replan_at <= until_at) AND (max_runs IS NULL OR run_count + 1 < max_runs)
+                  THEN 'PENDING'
+                  ELSE :task_status END,
+    cancel_requested = cancel_requested AND NOT cancel_run_only
+                       AND (:task_status <> 'COMPLETED' OR (kind = 'RECURRING' AND replan_at IS NOT NULL
+                                                       AND (until_at IS NULL OR replan_at <= until_at)
+                                                       AND (max_runs IS NULL OR run_count + 1 < max_runs))),
     cancel_run_only = FALSE,
-    -- An edit of the schedule made while the run went on (replan_at) takes effect when
-    -- the task moves on to a next slot (PENDING with no attempt pending); any end of
-    -- the task spends it.
-    scheduled_at = CASE WHEN replan_at IS NOT NULL AND :task_status = 'PENDING' AND :attempt = 0
+    scheduled_at = CASE WHEN replan_at IS NOT NULL AND :attempt = 0
+                             AND (:task_status = 'PENDING' OR (:task_status = 'COMPLETED' AND kind = 'RECURRING'
+                                  AND (until_at IS NULL OR replan_at <= until_at)
+                                  AND (max_runs IS NULL OR run_count + 1 < max_runs)))
                         THEN replan_at ELSE :scheduled_at END,
-    next_run_at = CASE WHEN replan_at IS NOT NULL AND :task_status = 'PENDING' AND :attempt = 0
+    next_run_at = CASE WHEN replan_at IS NOT NULL AND :attempt = 0
+                            AND (:task_status = 'PENDING' OR (:task_status = 'COMPLETED' AND kind = 'RECURRING'
+                                  AND (until_at IS NULL OR replan_at <= until_at)
+                                  AND (max_runs IS NULL OR run_count + 1 < max_runs)))
                        THEN replan_run_at ELSE :next_run_at END,
-    triggered = CASE WHEN replan_at IS NOT NULL AND :task_status = 'PENDING' AND :attempt = 0
+    triggered = CASE WHEN replan_at IS NOT NULL AND :attempt = 0
+                          AND (:task_status = 'PENDING' OR (:task_status = 'COMPLETED' AND kind = 'RECURRING'
+                                  AND (until_at IS NULL OR replan_at <= until_at)
+                                  AND (max_runs IS NULL OR run_count + 1 < max_runs)))
                      THEN FALSE ELSE :triggered END,
-    replan_at = CASE WHEN :task_status <> 'PENDING' OR :attempt = 0 OR (cancel_requested AND NOT cancel_run_only)
-                     THEN NULL ELSE replan_at END,
-    replan_run_at = CASE WHEN :task_status <> 'PENDING' OR :attempt = 0 OR (cancel_requested AND NOT cancel_run_only)
-                         THEN NULL ELSE replan_run_at END,
+    replan_at = CASE WHEN :task_status = 'PENDING' AND :attempt <> 0 AND NOT (cancel_requested AND NOT cancel_run_only)
+                     THEN replan_at END,
+    replan_run_at = CASE WHEN :task_status = 'PENDING' AND :attempt <> 0 AND NOT (cancel_requested AND NOT cancel_run_only)
+                         THEN replan_run_at END,
     attempt = :attempt,
-    run_count = run_count + CASE WHEN :status = 'SKIPPED' THEN 0 ELSE 1 END,
+    run_count = run_count + CASE WHEN :status = 'SKIPPED' OR NOT :counts THEN 0 ELSE 1 END,
     last_status = :status, last_decision = COALESCE(:decision, last_decision),
     lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
@@ -113,12 +135,10 @@ WHERE id = :execution_id AND status = 'RUNNING';
 UPDATE tickwork_tasks
 SET status = CASE WHEN cancel_requested AND NOT cancel_run_only THEN 'CANCELLED' ELSE 'PENDING' END,
     cancel_requested = cancel_requested AND NOT cancel_run_only, cancel_run_only = FALSE,
-    -- A schedule edited while this claim waited applies now: its run never started.
-    scheduled_at = CASE WHEN replan_at IS NOT NULL AND attempt = 1 THEN replan_at ELSE scheduled_at END,
-    next_run_at = CASE WHEN replan_at IS NOT NULL AND attempt = 1 THEN replan_run_at ELSE next_run_at END,
-    triggered = CASE WHEN replan_at IS NOT NULL AND attempt = 1 THEN FALSE ELSE triggered END,
-    replan_run_at = CASE WHEN attempt = 1 OR (cancel_requested AND NOT cancel_run_only) THEN NULL ELSE replan_run_at END,
-    replan_at = CASE WHEN attempt = 1 OR (cancel_requested AND NOT cancel_run_only) THEN NULL ELSE replan_at END,
+    -- A pending replan waits for the end of the run this claim's slot will still get
+    -- (the slot never ran); a cancel that wins spends it.
+    replan_run_at = CASE WHEN cancel_requested AND NOT cancel_run_only THEN NULL ELSE replan_run_at END,
+    replan_at = CASE WHEN cancel_requested AND NOT cancel_run_only THEN NULL ELSE replan_at END,
     attempt = attempt - 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
 RETURNING id;
@@ -165,6 +185,8 @@ LIMIT :limit;
 UPDATE tickwork_tasks
 SET cancel_requested = TRUE, cancel_run_only = FALSE,
     status = CASE WHEN status = 'RUNNING' THEN 'RUNNING' ELSE 'CANCELLED' END,
+    replan_at = CASE WHEN status = 'RUNNING' THEN replan_at END,
+    replan_run_at = CASE WHEN status = 'RUNNING' THEN replan_run_at END,
     version = CASE WHEN status = 'RUNNING' THEN version ELSE version + 1 END,
     updated_at = :now
 WHERE id = :id AND status IN ('PENDING', 'PAUSED', 'RUNNING')
