@@ -227,6 +227,19 @@ def breakdown(call: dict[str, Any]) -> str:
     return f"{call.get('s', 0.0) * 1000:.1f} ms (" + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()) + ")"
 
 
+def per_step(rounds: list[Round]) -> str:
+    times: dict[str, list[float]] = {}
+    for c in (c for r in rounds for c in r.calls if not c["busy"]):
+        for name, s in c["steps"]:
+            times.setdefault(name, []).append(s * 1000)
+    parts = []
+    for name, values in times.items():
+        values.sort()
+        p95 = values[min(len(values) - 1, int(0.95 * len(values)))]
+        parts.append(f"{name} {statistics.median(values):.1f} / {p95:.1f} / {values[-1]:.1f}")
+    return "; ".join(parts)
+
+
 def describe(i: int, r: Round) -> str:
     text = f"round {i} {'pruning' if r.prune else 'retention=None'}: W1 {r.rate:,.0f} exec/s"
     if not r.prune:
@@ -267,6 +280,7 @@ def report(args: argparse.Namespace, rounds: list[Round], before: tuple[int, int
     )
     if commits:
         print(f"prune commits: median {statistics.median(commits) * 1000:.1f} ms, max {commits[-1] * 1000:.1f} ms")
+    print("prune steps, ms (median / p95 / max over the batches):", per_step(on))
 
 
 def measure(args: argparse.Namespace, folder: Path) -> None:
