@@ -459,6 +459,7 @@ class FakeStore:
             cancel_requested=running,
             cancel_run_only=False,
             declared_at=_utc(removal.declared_at),
+            removed_at=now,
             last_decision=removal.note,
             replan_at=None,
             replan_run_at=None,

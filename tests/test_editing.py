@@ -129,11 +129,21 @@ def test_a_waiting_manual_run_survives_a_schedule_edit() -> None:
     assert after.scheduled_at == NOW + timedelta(seconds=120)
 
 
-def test_ends_edited_into_the_past_complete_a_waiting_task() -> None:
+def test_ends_that_would_end_the_schedule_now_are_refused_by_name() -> None:
     task = pending(scheduled_at=NOW + timedelta(minutes=1), run_count=3)
-    assert updated(task, {"until": NOW}, None, NOW, **LIMITS).after.status is Status.COMPLETED
-    assert updated(task, {"max_runs": 3}, None, NOW, **LIMITS).after.status is Status.COMPLETED
+    with pytest.raises(InvalidInput) as caught:
+        updated(task, {"until": NOW - timedelta(seconds=1)}, None, NOW, **LIMITS)
+    assert caught.value.field == "until" and "in the past" in caught.value.reason
+    with pytest.raises(InvalidInput) as caught:
+        updated(task, {"max_runs": 3}, None, NOW, **LIMITS)
+    assert caught.value.field == "max_runs" and "run 3 times" in caught.value.reason
     assert updated(task, {"max_runs": 4}, None, NOW, **LIMITS).after.status is Status.PENDING
+
+
+def test_an_until_before_the_next_slot_completes_a_waiting_task() -> None:
+    task = pending(scheduled_at=NOW + timedelta(minutes=1))
+    ended = updated(task, {"until": NOW + timedelta(seconds=30)}, None, NOW, **LIMITS).after
+    assert ended.status is Status.COMPLETED
 
 
 # -- retry ------------------------------------------------------------------------------
@@ -220,8 +230,10 @@ def test_ended_code_schedules_stay_ended_unless_declared_again_or_anew() -> None
     new = declared[0][1]
     done = code_task(new, 1, status=Status.COMPLETED)
     assert [c.action for c in plan(declared, ["job"], view(done))[0]] == ["unchanged"]
-    removed = code_task(new, 1, status=Status.CANCELLED, last_decision=REMOVED)
+    removed = code_task(new, 1, status=Status.CANCELLED, removed_at=T0)
     assert [c.action for c in plan(declared, ["job"], view(removed))[0]] == ["create"]
+    by_hand = code_task(new, 1, status=Status.CANCELLED, last_decision=REMOVED)  # the text alone proves nothing
+    assert [c.action for c in plan(declared, ["job"], view(by_hand))[0]] == ["unchanged"]
     changed = code_task(new, 1, status=Status.CANCELLED, kwargs={"to": "before"})
     assert [c.action for c in plan(declared, ["job"], view(changed))[0]] == ["create"]
 
@@ -258,3 +270,10 @@ def test_a_replaced_run_at_the_schedules_end_completes_the_task() -> None:
     assert settle(ending, ExecutionStatus.CANCELLED, NOW, replaced=True).status is Status.COMPLETED
     going_on = make_task(status=Status.RUNNING, scheduled_at=T0, until=T0 + timedelta(seconds=60))
     assert settle(going_on, ExecutionStatus.CANCELLED, NOW, replaced=True).status is Status.PENDING
+
+
+def test_a_declaration_whose_until_has_passed_creates_nothing() -> None:
+    _, declared = declared_set(a={"every": 60, "kwargs": {"to": "x"}, "until": NOW - timedelta(days=1)})
+    changes, writes = plan(declared, ["job"], view())
+    assert [(c.action, c.note) for c in changes] == [("unchanged", "its until has passed: nothing to create")]
+    assert not writes.create

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.test_worker import Node
-from tickwork import App, Context, ExecutionStatus, InvalidState, Status
+from tickwork import App, Context, ExecutionStatus, InvalidInput, InvalidState, Status
 
 LEASE = 5.0
 
@@ -153,3 +153,17 @@ def test_an_edit_that_ends_the_schedule_completes_a_waiting_task_at_once(app: Ap
     assert ended.status is Status.COMPLETED
     with pytest.raises(InvalidState):
         app.update(task.id, until=None)  # ended: an edit cannot bring it back (retry cannot either)
+
+
+def test_replace_needs_a_key_and_a_key_holder_is_replaced_in_place(app: App) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        app.schedule("e.record", every=60, replace=True)
+    assert caught.value.field == "replace"
+    first = app.schedule("e.record", every=60, key="k", kwargs={"v": 1})
+    same = app.schedule("e.record", every=60, key="k", kwargs={"v": 2})
+    assert same.existed and same.id == first.id and same.kwargs == {"v": 1}
+    replaced = app.schedule("e.record", every=120, key="k", kwargs={"v": 2}, replace=True)
+    assert replaced.existed and replaced.id == first.id and (replaced.kwargs, replaced.interval) == ({"v": 2}, 120)
+    with pytest.raises(InvalidInput) as caught:
+        app.schedule("e.flaky", every=60, key="k", replace=True)  # another task's key
+    assert caught.value.field == "key"

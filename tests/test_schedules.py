@@ -143,6 +143,7 @@ def make_task(**overrides: Any) -> Task:
         "revision": 0,
         "replan_at": None,
         "replan_run_at": None,
+        "removed_at": None,
         "existed": False,
     }
     unknown = set(overrides) - set(fields)

@@ -7,23 +7,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from tickwork import missed_slots, planning, validate
 from tickwork.app_node import NodeMixin
 from tickwork.app_settings import DEFAULT_MAX_PAYLOAD, DEFAULT_RETENTION, AppSettings, Setting
 from tickwork.clock import Clock, utcnow
 from tickwork.declarations import Declarations
-from tickwork.errors import InvalidState, TaskNotFound
+from tickwork.errors import EditConflict, InvalidInput, InvalidState, TaskNotFound
 from tickwork.events import Events, Hook
 from tickwork.lazy_store import LazyStore
 from tickwork.model import Execution, ExecutionStatus, Misfire, Node, OnLost, Overlap, Stats, Status, Task
 from tickwork.node.redis_locks import RedisMode
 from tickwork.registry import Isolation, Registry, TaskOptions
 from tickwork.store import Store
-
-if TYPE_CHECKING:
-    pass
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -222,14 +219,22 @@ class App(NodeMixin):
             max_retries=max_retries, retry_backoff=retry_backoff, priority=priority, max_catchup=max_catchup,
             overlap=overlap, until=until, max_runs=max_runs,
         )  # fmt: skip
+        if replace and key is None:
+            raise InvalidInput("replace", replace, "needs a key: it replaces the live task holding that key")
         definition = self.registry.resolve(task)
         request = planning.check(definition, given, max_payload=self.max_payload, misfire_grace=self.misfire_grace)
         new = planning.new_task(request, self.store.approximate_now())
-        [stored] = self.store.insert_tasks([new], max_pending=self.max_pending)
-        if stored.existed and replace:
-            return self._replace(stored, new, start_given=delay is not None or at is not None)
-        self.wakeup.set()
-        return stored
+        for attempt in range(1, RESUME_ATTEMPTS + 1):
+            [stored] = self.store.insert_tasks([new], max_pending=self.max_pending)
+            if not (stored.existed and replace):
+                self.wakeup.set()
+                return stored
+            try:
+                return self._replace(stored, new, start_given=delay is not None or at is not None)
+            except EditConflict:  # the key's holder ended or kept changing: insert again
+                if attempt == RESUME_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
 
     def schedule_many(self, items: Iterable[Mapping[str, Any]]) -> list[Task]:
         """Schedule many tasks in one transaction: all are validated before any is stored.

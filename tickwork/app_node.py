@@ -71,7 +71,9 @@ class NodeMixin(EditsMixin):
         for change in changes:
             if change.action == "unchanged":
                 continue
-            log.info("schedule %r: %s%s", change.key, change.action, f" ({change.note})" if change.note else "")
+            level = logging.WARNING if change.action in ("kept", "conflict") else logging.INFO
+            note = f" ({change.note})" if change.note else ""
+            log.log(level, "schedule %r: %s%s", change.key, change.action, note)
         log.info("schedules in code synced: %d declared, %d changed", len(changes), len(done))
 
     def prune(

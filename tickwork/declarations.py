@@ -28,15 +28,13 @@ from tickwork import planning, validate
 from tickwork.changes import Removal, SyncView, SyncWrites
 from tickwork.editing import DEFINITION, ENDED, RESCHEDULING, edit_to
 from tickwork.errors import InvalidInput
-from tickwork.model import NewTask, Status, Task
+from tickwork.model import NewTask, Task
 from tickwork.registry import Registry
 
 ORIGIN = "code"
 REMOVED = "removed: code no longer declares this schedule"
-PERIODIC_OPTIONS = (
-    "misfire", "misfire_grace", "jitter", "timeout", "max_retries", "retry_backoff", "priority", "max_catchup",
-    "overlap", "until", "max_runs",
-)  # fmt: skip
+PERIODIC_OPTIONS = (*planning.OVERRIDABLE, "until", "max_runs")
+"""What ``@app.periodic`` takes beside the schedule and arguments: ``schedule()``'s options."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +177,9 @@ def _plan_one(key: str, new: NewTask, view: SyncView, writes: SyncWrites) -> Sch
         return ScheduleChange("conflict", key, new.name, holder.id, note=note)
     stored = view.code.get(key)
     declared = dataclasses.replace(new, declared_at=view.seen)
+    over = new.until is not None and new.scheduled_at > new.until
+    if stored is None and over:
+        return ScheduleChange("unchanged", key, new.name, note="its until has passed: nothing to create")
     if stored is None:
         writes.create.append(declared)
         return ScheduleChange("create", key, new.name)
@@ -186,8 +187,8 @@ def _plan_one(key: str, new: NewTask, view: SyncView, writes: SyncWrites) -> Sch
         return ScheduleChange("kept", key, stored.name, stored.id, note=_newer(stored))
     fields = differences(stored, new)
     if stored.status in ENDED:
-        removed = stored.status is Status.CANCELLED and stored.last_decision == REMOVED
-        if removed or fields:  # declared again, or declared anew: a fresh schedule
+        removed = stored.removed_at is not None
+        if (removed or fields) and not over:  # declared again, or declared anew: a fresh schedule
             writes.create.append(declared)
             return ScheduleChange("create", key, new.name, note=f"task {stored.id} ended {stored.status.value}")
         return ScheduleChange("unchanged", key, stored.name, stored.id, note=f"ended {stored.status.value}")

@@ -78,6 +78,7 @@ def updated(task: Task, changes: Mapping[str, Any], definition: TaskDef | None, 
                 raise InvalidInput(
                     field, changes[field], "a one-time task has no schedule: cancel it and schedule a new task"
                 )
+    _refuse_ending_now(task, changes, now)
     given = _merged(task, changes)
     if definition is not None:
         binding.check_call(definition, list(given.args or []), dict(given.kwargs or {}))
@@ -89,6 +90,18 @@ def updated(task: Task, changes: Mapping[str, Any], definition: TaskDef | None, 
     new = dataclasses.replace(new, **cleared)
     reschedule = any(getattr(new, f) != getattr(task, f) for f in RESCHEDULING)
     return edit_to(task, new, reschedule=reschedule)
+
+
+def _refuse_ending_now(task: Task, changes: Mapping[str, Any], now: datetime) -> None:
+    """An edit of the ends that would end the schedule at once is refused: a typo must not
+    end a schedule for good (an ended task cannot be edited back). Cancel it instead."""
+    until, max_runs = changes.get("until"), changes.get("max_runs")
+    if isinstance(until, datetime) and until.tzinfo is not None and until < now:
+        raise InvalidInput("until", until, "is in the past: it would end the schedule now (cancel the task instead)")
+    if isinstance(max_runs, int) and not isinstance(max_runs, bool) and 1 <= max_runs <= task.run_count:
+        raise InvalidInput(
+            "max_runs", max_runs, f"the task has run {task.run_count} times already: it would end the schedule now"
+        )
 
 
 def _max_runtime(task: Task, changes: Mapping[str, Any]) -> float | None:

@@ -136,6 +136,8 @@ class Task:
     owns it); None for one scheduled at runtime, which a sync never touches."""
     declared_at: datetime | None = None
     """For a code schedule: when the declaration set that last wrote it was first seen."""
+    removed_at: datetime | None = None
+    """For a code schedule: when a sync cancelled it because code no longer declared it."""
     revision: int = 0
     """Bumped by every edit (update, retry, sync); ``version`` is bumped by claims."""
     replan_at: datetime | None = None

@@ -125,11 +125,15 @@ def sync_schedules(
         writes = plan(view)
         if dry_run:
             return writes
-        insert(s, writes.create)
-        for edit in writes.edit:
+        for created in insert(s, writes.create):
+            if created.existed:  # the key was taken after the view was read: plan again
+                raise EditConflict(created.id)
+        # Rows locked in id order, as the hot path locks them, so that a sync and a
+        # node's batch of outcomes never wait on each other in a circle.
+        for edit in sorted(writes.edit, key=lambda e: e.before.id):
             if _edit(d, rows, s, edit) is None:
                 raise EditConflict(edit.before.id)
-        for removal in writes.remove:
+        for removal in sorted(writes.remove, key=lambda r: r.task.id):
             _remove(d, s, removal)
         notify(d, s, "due")
         if writes.remove:

@@ -68,7 +68,7 @@ WHERE key IN (SELECT value FROM json_each(:keys)) AND origin IS NULL
 UPDATE tickwork_tasks
 SET status = CASE WHEN status = 'RUNNING' THEN 'RUNNING' ELSE 'CANCELLED' END,
     cancel_requested = (status = 'RUNNING'), cancel_run_only = FALSE,
-    declared_at = :declared_at, last_decision = :note, replan_at = NULL, replan_run_at = NULL,
+    declared_at = :declared_at, removed_at = :now, last_decision = :note, replan_at = NULL, replan_run_at = NULL,
     version = version + CASE WHEN status = 'RUNNING' THEN 0 ELSE 1 END,
     revision = revision + 1, updated_at = :now
 WHERE id = :id AND revision = :revision AND status IN ('PENDING', 'RUNNING', 'PAUSED')

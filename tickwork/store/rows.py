@@ -160,6 +160,7 @@ class Decoder:
             max_runs=None if r["max_runs"] is None else int(r["max_runs"]),
             origin=r["origin"],
             declared_at=d.decode_time(r["declared_at"]),
+            removed_at=d.decode_time(r["removed_at"]),
             revision=int(r["revision"]),
             replan_at=d.decode_time(r["replan_at"]),
             replan_run_at=d.decode_time(r["replan_run_at"]),

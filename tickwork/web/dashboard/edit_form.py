@@ -18,16 +18,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tickwork import editing
 from tickwork.errors import InvalidInput
 from tickwork.model import Kind, Misfire, Overlap, Task
 from tickwork.web.schemas import iso_text, plain_text
 
-SCHEDULE_FIELDS = ("cron", "every", "timezone", "until", "max_runs")
+SCHEDULE_FIELDS = (*editing.SCHEDULE, *editing.ENDS)
 """Only a recurring task's form has these."""
-POLICY_FIELDS = (
-    "misfire", "misfire_grace", "jitter", "priority", "timeout", "max_retries", "retry_backoff", "overlap",
-    "max_runtime", "max_catchup",
-)  # fmt: skip
+POLICY_FIELDS = editing.POLICIES
 FIELDS = (*SCHEDULE_FIELDS, "args", "kwargs", *POLICY_FIELDS)
 TEXT_LIMITS = {"cron": 200, "timezone": 64, "until": 40}
 NUMBER_LIMIT = 40
@@ -179,6 +177,8 @@ def _json(kind: type, what: str) -> Callable[[str, str], Any]:
             value = json.loads(text or ("[]" if kind is list else "{}"))
         except ValueError as exc:
             raise InvalidInput(field, text, f"not valid JSON: {exc}") from None
+        except RecursionError:  # nested deeper than the parser goes: refused, never a 500
+            raise InvalidInput(field, f"<{len(text)} characters>", "nested too deeply") from None
         if not isinstance(value, kind):
             raise InvalidInput(field, text, f"must be a JSON {what}")
         return value

@@ -5,6 +5,9 @@
 -- (a node of the previous release, during a rolling deploy) cannot undo a newer one.
 ALTER TABLE tickwork_tasks ADD COLUMN origin TEXT;
 ALTER TABLE tickwork_tasks ADD COLUMN declared_at INTEGER;
+-- When a sync cancelled this code schedule because code no longer declared it: declared
+-- again later, it is created anew (an ended schedule otherwise stays ended).
+ALTER TABLE tickwork_tasks ADD COLUMN removed_at INTEGER;
 -- No slot after until_at, no run after the max_runs-th: the task then ends COMPLETED.
 ALTER TABLE tickwork_tasks ADD COLUMN until_at INTEGER;
 ALTER TABLE tickwork_tasks ADD COLUMN max_runs INTEGER;
