@@ -2,7 +2,7 @@
 the test drives.
 
 It is a second, independent implementation of the contract in tickwork/store/base.py,
-written from the SQL store's queries (queries.sql, postgres.sql, sqlite.sql) rather than
+written from the SQL store's queries (queries.sql, retention.sql, edits.sql and their dialect overrides) rather than
 from its Python: the contract suite runs against it too, so a disagreement between the
 two shows up as a failing contract test instead of a node test that passes on a store
 no deployment has. Policy (what a run's outcome means for its task) is not repeated
@@ -880,7 +880,7 @@ class FakeStore:
                 del self._nodes[node_id]
             return len(silent)
 
-    # -- retention (queries.sql: prune_tasks, prune_executions, prune_count) ---------------
+    # -- retention (retention.sql: prune_tasks, prune_executions, prune_count) ---------------
 
     def prune(self, older_than: datetime, keep_last: int, limit: int, *, dry_run: bool = False) -> PruneCounts:
         retention.check(keep_last, limit)
