@@ -92,7 +92,10 @@ def passes_context_on(func: Callable[..., Any]) -> Callable[..., Any]:
         len,  # a builtin: (obj, /)
         dict,  # no signature Python can read: accepted unchecked
     ],
-    ids=repr,
+    ids=[
+        "function", "star_args", "async", "class", "callable_object", "method", "partial", "wrapped", "lambda",
+        "builtin", "unreadable",
+    ],  # fmt: skip
 )
 def test_a_function_that_can_take_the_context_first_is_accepted(func: Callable[..., Any]) -> None:
     check_signature(func, context=True)
@@ -108,7 +111,7 @@ def test_a_function_that_can_take_the_context_first_is_accepted(func: Callable[.
         (functools.partial(send_email, None, "a", "b"), "functools.partial"),  # the context's place is taken
         (passes_context_on(no_params), "test_binding.no_params"),  # checked as the function it wraps
     ],
-    ids=repr,
+    ids=["no_params", "keyword_context", "only_kwargs", "class", "partial", "wrapped"],  # stable across processes
 )
 def test_a_function_that_cannot_take_the_context_is_refused_with_how_to_declare_it(
     func: Callable[..., Any], shown: str

@@ -196,6 +196,7 @@ async def async_cleanup_process(ctx: Context) -> None:
 
 @app.task(name="test.pool_process", isolation="process")
 def pool_process(ctx: Context) -> list[int]:
-    """A process task may use multiprocessing itself."""
-    with multiprocessing.get_context("fork").Pool(2) as pool:
+    """A process task may use multiprocessing itself: with a start method that does not
+    fork the child's threads (its link to the node runs on one), as the README says."""
+    with multiprocessing.get_context("forkserver").Pool(2) as pool:
         return pool.map(abs, [-1, -2, 3])
