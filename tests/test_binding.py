@@ -93,9 +93,18 @@ def passes_context_on(func: Callable[..., Any]) -> Callable[..., Any]:
         dict,  # no signature Python can read: accepted unchecked
     ],
     ids=[
-        "function", "star_args", "async", "class", "callable_object", "method", "partial", "wrapped", "lambda",
-        "builtin", "unreadable",
-    ],  # fmt: skip
+        "function",
+        "star_args",
+        "async",
+        "class",
+        "callable_object",
+        "method",
+        "partial",
+        "wrapped",
+        "lambda",
+        "builtin",
+        "unreadable",
+    ],
 )
 def test_a_function_that_can_take_the_context_first_is_accepted(func: Callable[..., Any]) -> None:
     check_signature(func, context=True)
