@@ -8,6 +8,7 @@ anything that was not registered in the application's own code.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import inspect
 from collections.abc import Callable, Iterator
@@ -16,6 +17,9 @@ from typing import Any
 from tickwork.binding import check_signature
 from tickwork.errors import InvalidInput, UnknownTask
 from tickwork.model import Misfire, OnLost, Overlap
+
+SHOWN_NAMES = 10
+"""An unknown task name's message lists at most this many registered names."""
 
 
 class Isolation(enum.StrEnum):
@@ -81,13 +85,27 @@ class Registry:
         if isinstance(task, str):
             found = self._by_name.get(task)
             if found is None:
-                raise UnknownTask("name", task, "no task is registered under this name")
+                raise UnknownTask("name", task, self._unknown_reason(task))
             return found
         found = self._by_func.get(task)
         if found is None:
             label = getattr(task, "__qualname__", repr(task))
             raise UnknownTask("task", label, "function is not registered with @app.task")
         return found
+
+    def _unknown_reason(self, name: str) -> str:
+        """Why ``name`` is refused: the registered names (the first few) and the closest one."""
+        names = self.names()
+        if not names:
+            return "no task is registered under this name (no task is registered at all)"
+        shown = ", ".join(names[:SHOWN_NAMES]) + (
+            f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else ""
+        )
+        reason = f"no task is registered under this name; registered: {shown}"
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        if not close:  # a short name given for a dotted one: "send_email" for "myproject.tasks.send_email"
+            close = [n for n in names if n.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1]][:1]
+        return f"{reason}; did you mean {close[0]}?" if close else reason
 
     def get(self, name: str) -> TaskDef | None:
         return self._by_name.get(name)
