@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,3 +133,22 @@ def fleet(db_url: str, records: Path) -> Iterator[Fleet]:
     fleet = Fleet(db_url, records)
     yield fleet
     fleet.kill_all()
+
+
+@pytest.fixture
+def web_app(store_url: str) -> Iterator[App]:
+    """The web tests' App (tests/http_support.py), on each store."""
+    from tests.http_support import make_app
+
+    application = make_app(store_url)
+    yield application
+    application.close()
+
+
+@pytest.fixture
+def api(web_app: App) -> Iterator[Any]:
+    """A client of the real ASGI app (its lifespan run), with the token configured."""
+    from tests.http_support import TOKEN, client_of
+
+    with client_of(web_app, token=TOKEN) as client:
+        yield client

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+V1 = "/api/v1"
 EVIL = "<script>alert('name')</script>"
 EVIL_NAME = f"web.evil{EVIL}"
 EVIL_ERROR = "<script>alert('error')</script><img src=x onerror=alert(1)>"
@@ -148,3 +149,22 @@ class Served:
             return self.proc.wait(10)
         finally:
             self._out.close()
+
+
+def schedule(api: Any, expect: int = 201, **body: Any) -> dict[str, Any]:
+    """POST a task of ``web.ok`` (``body``: schedule()'s fields) and expect ``expect``."""
+    response = api.post(f"{V1}/tasks", json={"name": "web.ok", **body}, headers=AUTH)
+    assert response.status_code == expect, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def problem(response: Any, status: int, field: str | None = None) -> dict[str, Any]:
+    """Assert an error answer of the documented shape."""
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"error", "message", "field", "reason"}
+    if field is not None:
+        assert body["field"] == field, body
+        assert body["reason"], body
+    return body

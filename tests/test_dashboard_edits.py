@@ -15,16 +15,9 @@ from typing import Any
 import pytest
 from markupsafe import escape
 
-from tests.http_support import EVIL, TOKEN, client_of, make_app, run_worker_until
+from tests.http_support import EVIL, TOKEN, client_of, run_worker_until
 from tickwork import App, Status
 from tickwork.web.auth import LOGIN_COOKIE, Auth
-
-
-@pytest.fixture
-def web_app(store_url: str) -> Iterator[App]:
-    application = make_app(store_url)
-    yield application
-    application.close()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,12 @@ from tests.http_support import (
     EVIL_ERROR,
     EVIL_NAME,
     TOKEN,
+    V1,
     client_of,
     make_app,
+    problem,
     run_worker_until,
+    schedule,
     wait_until,
 )
 from tickwork import App, Status
@@ -33,42 +35,6 @@ from tickwork.cli import main
 from tickwork.web import TokenConfigError, create_app
 from tickwork.web.auth import LOGIN_COOKIE, SESSION_COOKIE, Auth
 from tickwork.web.server import ServeConfigError, access, is_loopback
-
-V1 = "/api/v1"
-
-
-@pytest.fixture
-def web_app(store_url: str) -> Iterator[App]:
-    """The web tests' App, on each store."""
-    application = make_app(store_url)
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def api(web_app: App) -> Iterator[Any]:
-    """A client of the real ASGI app (its lifespan run), with the token configured."""
-    with client_of(web_app, token=TOKEN) as client:
-        yield client
-
-
-def schedule(api: Any, expect: int = 201, **body: Any) -> dict[str, Any]:
-    response = api.post(f"{V1}/tasks", json={"name": "web.ok", **body}, headers=AUTH)
-    assert response.status_code == expect, response.text
-    result: dict[str, Any] = response.json()
-    return result
-
-
-def problem(response: Any, status: int, field: str | None = None) -> dict[str, Any]:
-    """Assert an error answer of the documented shape."""
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    assert set(body) == {"error", "message", "field", "reason"}
-    if field is not None:
-        assert body["field"] == field, body
-        assert body["reason"], body
-    return body
-
 
 # -- the token --------------------------------------------------------------------------
 

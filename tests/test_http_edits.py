@@ -7,37 +7,14 @@ Through the real ASGI app, on each store."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
-from tests.http_support import AUTH, TOKEN, client_of, make_app, run_worker_until
+from tests.http_support import AUTH, TOKEN, V1, client_of, make_app, problem, run_worker_until, schedule
 from tickwork import App, Status
 from tickwork.web.api.tasks import EXISTED
-
-V1 = "/api/v1"
-
-
-@pytest.fixture
-def web_app(store_url: str) -> Iterator[App]:
-    application = make_app(store_url)
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def api(web_app: App) -> Iterator[Any]:
-    with client_of(web_app, token=TOKEN) as client:
-        yield client
-
-
-def schedule(api: Any, **body: Any) -> dict[str, Any]:
-    response = api.post(f"{V1}/tasks", json={"name": "web.ok", **body}, headers=AUTH)
-    assert response.status_code == 201, response.text
-    result: dict[str, Any] = response.json()
-    return result
 
 
 def patch(api: Any, task_id: int, body: Any, headers: dict[str, str] | None = AUTH) -> Any:
@@ -45,16 +22,6 @@ def patch(api: Any, task_id: int, body: Any, headers: dict[str, str] | None = AU
     return api.patch(
         f"{V1}/tasks/{task_id}", content=raw, headers={**(headers or {}), "Content-Type": "application/json"}
     )
-
-
-def problem(response: Any, status: int, field: str | None = None) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    assert set(body) == {"error", "message", "field", "reason"}
-    if field is not None:
-        assert body["field"] == field, body
-        assert body["reason"], body
-    return body
 
 
 def completed(api: Any, web_app: App) -> dict[str, Any]:
