@@ -1,5 +1,5 @@
-"""The demo: example tasks of every kind on an embedded SQLite file, one node, and a
-live table of the execution log. It is what ``tickwork demo`` runs."""
+"""The demo: example tasks of every kind on an embedded SQLite file, one node, the
+dashboard on loopback, and a live view of the runs. It is what ``tickwork demo`` runs."""
 
 from __future__ import annotations
 
@@ -12,23 +12,20 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
+from rich.markup import escape
 
+from tickwork import demo_dashboard
 from tickwork.app import App
 from tickwork.context import Context
+from tickwork.demo_screen import TABLE_LINES, Example, PlainLog, closing_hint, screen, sqlite_url
 from tickwork.errors import StoreError
-from tickwork.model import Execution, ExecutionStatus, Task
+from tickwork.model import ExecutionStatus
 from tickwork.store import open_store
 
-STATUS_STYLE = {
-    ExecutionStatus.RUNNING: "yellow",
-    ExecutionStatus.COMPLETED: "green",
-    ExecutionStatus.FAILED: "red",
-    ExecutionStatus.CANCELLED: "magenta",
-    ExecutionStatus.TIMED_OUT: "red",
-    ExecutionStatus.SKIPPED: "dim",
-}
-
+HEADER_LINES = 3
+"""Lines printed above the live part: the node, the dashboard and its token."""
+_REFRESH = 0.5
+"""Seconds between redraws."""
 _PAGE = 10_000
 """Task headers read per query while counting the tasks of an existing file."""
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -61,42 +58,6 @@ def make_app(url: str) -> App:
         return f"synced on attempt {ctx.attempt}"
 
     return app
-
-
-def schedule_examples(app: App) -> list[Task]:
-    return [
-        app.schedule("demo.send_welcome", kwargs={"user": "ada@example.com"}),
-        app.schedule("demo.send_welcome", kwargs={"user": "grace@example.com"}, delay=5),
-        app.schedule("demo.minute_report", cron="* * * * *"),
-        app.schedule("demo.heartbeat_check", every=timedelta(seconds=3)),
-        app.schedule("demo.flaky_sync"),
-    ]
-
-
-def executions_table(app: App, names: dict[int, str], limit: int = 15) -> Table:
-    table = Table(title="tickwork demo — latest executions (Ctrl-C to stop)", expand=False)
-    # Fixed columns keep their width; the result takes what is left of the terminal.
-    for column, width in (("task (try)", 24), ("scheduled", 8), ("took", 7), ("status", 9)):
-        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=width, max_width=width)
-    table.add_column("result / error", no_wrap=True, overflow="ellipsis", ratio=1)
-    for e in app.executions(limit=limit):
-        table.add_row(*_row(e, names.get(e.task_id, str(e.task_id))))
-    return table
-
-
-def _row(e: Execution, name: str) -> list[str]:
-    took = ""
-    if e.started_at and e.finished_at:
-        took = f"{(e.finished_at - e.started_at).total_seconds() * 1000:.0f} ms"
-    detail = f"{e.error.type}: {e.error.message}" if e.error else ("" if e.result is None else str(e.result))
-    style = STATUS_STYLE.get(e.status, "")
-    return [
-        f"{name.removeprefix('demo.')} ({e.attempt})",
-        f"{e.scheduled_for:%H:%M:%S}",
-        took,
-        f"[{style}]{e.status.value}[/]",
-        detail[:60],
-    ]
 
 
 def _refuse_foreign_database(db_path: str) -> None:
@@ -149,34 +110,76 @@ def _is_demo(name: str) -> bool:
     return name[:5].lower() == "demo."
 
 
+def schedule_examples(app: App) -> list[Example]:
+    """One task of each kind. Every one has a run within the first seconds: the cron task
+    is also triggered once at the start, as its first slot may be up to a minute away."""
+    cron = app.schedule("demo.minute_report", cron="* * * * *")
+    examples = [
+        Example(app.schedule("demo.send_welcome", kwargs={"user": "ada@example.com"}).id, "one-time", ""),
+        Example(app.schedule("demo.send_welcome", kwargs={"user": "grace@example.com"}, delay=5).id, "delayed 5s", ""),
+        Example(cron.id, "cron * * * * *", ""),
+        Example(app.schedule("demo.heartbeat_check", every=timedelta(seconds=3)).id, "every 3s", ""),
+        Example(app.schedule("demo.flaky_sync").id, "retried", ""),
+    ]
+    app.trigger(cron.id)
+    return [Example(x.task_id, x.kind, app.get(x.task_id).name) for x in examples]
+
+
 def run_demo(db_path: str, duration: float | None, console: Console) -> int:
-    """Start afresh on ``db_path``, run the node and the live table; return runs logged."""
+    """Start afresh on ``db_path``, run the node, the dashboard and the live table;
+    return the runs logged."""
     _refuse_foreign_database(db_path)
     for suffix in ("", "-wal", "-shm"):
         Path(db_path + suffix).unlink(missing_ok=True)
     app = make_app(f"sqlite:///{db_path}")
-    tasks = schedule_examples(app)
-    names = {t.id: t.name for t in tasks}
+    examples = schedule_examples(app)
     worker = app.worker(concurrency=4)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, name="tickwork-node")
     thread.start()
-    console.print(f"[bold]tickwork demo[/]: node {worker.node_id} on sqlite:///{db_path}")
-    deadline = None if duration is None else time.monotonic() + duration
+    dashboard = None
     try:
-        with Live(executions_table(app, names), console=console, refresh_per_second=4) as live:
-            while deadline is None or time.monotonic() < deadline:
-                time.sleep(0.25)  # the display's refresh rate, not a wait for an event
-                live.update(executions_table(app, names))
+        dashboard = demo_dashboard.start(app)
+        _header(console, worker.node_id, db_path, dashboard)
+        _show(app, examples, duration, console)
     except KeyboardInterrupt:
         console.print("stopping (finishing running tasks)...")
     finally:
+        if dashboard is not None:
+            dashboard.stop()
         worker.stop()
         thread.join()
     runs = app.executions(limit=10_000)
     done = sum(1 for e in runs if e.status is ExecutionStatus.COMPLETED)
     console.print()
-    console.print(
-        f"{len(runs)} runs logged, {done} completed. Inspect them with: tickwork --db sqlite:///{db_path} tasks list"
-    )
+    console.print(f"{len(runs)} runs logged, {done} completed.", markup=False, highlight=False)
+    closing_hint(console, db_path, examples)
     app.close()
     return len(runs)
+
+
+def _header(console: Console, node_id: str, db_path: str, dashboard: demo_dashboard.Dashboard) -> None:
+    """Printed once, above the live part (the token nowhere else)."""
+    console.print(f"[bold]tickwork demo[/]: node {escape(node_id)} on {escape(sqlite_url(db_path))}")
+    console.print(f"dashboard (this machine only): {dashboard.url}", highlight=False)
+    console.print(f"sign-in token: {dashboard.token}", markup=False, highlight=False)
+
+
+def _show(app: App, examples: list[Example], duration: float | None, console: Console) -> None:
+    """Redraw the examples and the latest runs until ``duration`` has passed (or Ctrl-C);
+    outside a terminal, print each run once it has ended."""
+    deadline = None if duration is None else time.monotonic() + duration
+    if not console.is_terminal:
+        plain = PlainLog(console, examples)
+        while deadline is None or time.monotonic() < deadline:
+            plain.poll(app)
+            time.sleep(_REFRESH)  # the display's refresh rate, not a wait for an event
+        plain.poll(app)
+        return
+
+    def height() -> int:
+        return max(console.size.height - HEADER_LINES - 1, TABLE_LINES + 3)
+
+    with Live(screen(app, examples, height()), console=console, auto_refresh=False) as live:
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(_REFRESH)  # the display's refresh rate, not a wait for an event
+            live.update(screen(app, examples, height()), refresh=True)

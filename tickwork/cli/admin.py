@@ -35,5 +35,6 @@ def upgrade(ctx: click.Context) -> None:
 )
 @errors_as_messages
 def demo(db_path: str, duration: float | None) -> None:
-    """Run example tasks (one-time, delayed, cron, interval, retried) on a local node."""
+    """Run example tasks (one-time, delayed, cron, interval, retried) on a local node,
+    with the dashboard on 127.0.0.1 (its URL and a sign-in token are printed)."""
     run_demo(db_path, duration, common.console)
