@@ -23,12 +23,10 @@ from zoneinfo import ZoneInfo
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from tickwork.app import App
 from tickwork.codec import MAX_DEPTH
 from tickwork.errors import InvalidInput, TickworkError
-from tickwork.model import Execution
 from tickwork.redact import REDACTOR
 from tickwork.urls import path_from_url
 from tickwork.web.auth import parse_duration
@@ -335,19 +333,11 @@ def both_zones(when: datetime, timezone: str) -> str:
     return f"{local:%Y-%m-%d %H:%M:%S %Z %z}  ({when:%Y-%m-%d %H:%M:%S} UTC)"
 
 
-def print_executions(rows: list[Execution]) -> None:
-    """The execution log as a table (``executions`` and ``tasks show`` print the same)."""
-    table = Table()
-    for column in ("id", "task", "attempt", "scheduled for", "started", "finished", "status", "node", "error / note"):
-        table.add_column(column)
-    for e in rows:
-        detail = f"{e.error.type}: {e.error.message}" if e.error else (e.note or "")
-        table.add_row(
-            str(e.id), str(e.task_id), str(e.attempt), _ts(e.scheduled_for), _ts(e.started_at),
-            _ts(e.finished_at), e.status.value, e.node or "", detail[:80],
-        )  # fmt: skip
-    console.print(table)
+def json_option(help_text: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """The ``--json`` flag of a read command (its value reaches the command as ``as_json``)."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text)
 
 
-def _ts(value: datetime | None) -> str:
-    return f"{value:%Y-%m-%d %H:%M:%S.%f}"[:-3] if value else ""
+def print_json(value: Any) -> None:
+    """``value`` as one line of JSON on stdout (what ``--json`` prints), keys sorted."""
+    click.echo(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))

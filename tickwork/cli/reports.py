@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 import click
 
 from tickwork.cli import common
-from tickwork.cli.common import both_zones, client, errors_as_messages, parse_datetime
+from tickwork.cli.common import both_zones, client, errors_as_messages, json_option, parse_datetime, print_json
 from tickwork.cron import CronSchedule
 from tickwork.schedules import fire_times
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the numbers as one JSON object.")
+@json_option("Print the numbers as one JSON object.")
 @click.pass_context
 @errors_as_messages
 def stats(ctx: click.Context, as_json: bool) -> None:
@@ -37,8 +38,9 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @click.option("--timezone", default="UTC", show_default=True, help="IANA zone the expression is read in.")
 @click.option("--after", "after_text", help="ISO 8601 time with an offset (default: now); times strictly after it.")
 @click.option("-n", "count", default=5, show_default=True, type=click.IntRange(1, 1000))
+@json_option("Print the explanation and the fire times (ISO 8601, UTC) as one JSON object.")
 @errors_as_messages
-def cron(expression: str, timezone: str, after_text: str | None, count: int) -> None:
+def cron(expression: str, timezone: str, after_text: str | None, count: int, as_json: bool) -> None:
     """Explain a cron EXPRESSION and print its next N fire times, in its zone and in UTC.
 
     An expression that starts with "-" is taken as the expression, not as an option.
@@ -46,6 +48,10 @@ def cron(expression: str, timezone: str, after_text: str | None, count: int) -> 
     after = parse_datetime("after", after_text)
     times = fire_times(cron=expression, timezone=timezone, after=after, n=count)
     words = CronSchedule(expression, timezone).explain()
+    if as_json:
+        utc = [when.astimezone(UTC).isoformat() for when in times]
+        print_json({"expression": expression, "timezone": timezone, "explanation": words, "fire_times": utc})
+        return
     console = common.console
     console.print(f"{expression!r} in {timezone}" + (f": {words}" if words else ""), markup=False)
     for when in times:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
+import textwrap
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -78,4 +79,33 @@ def fit_columns(rows: Sequence[Sequence[str]], width: int, shrink: Sequence[int]
     for row in rows:
         cells = [f"{truncated(cell, w):<{w}}" for cell, w in zip(row, widths, strict=True)]
         lines.append(truncated(GAP.join(cells).rstrip(), width))
+    return lines
+
+
+def seconds_text(seconds: float | None) -> str:
+    """``0.120s``, ``42.5s``, ``12m05s``, ``3h02m`` (empty for None), negative with ``-``."""
+    if seconds is None:
+        return ""
+    sign, s = ("-" if seconds < 0 else ""), abs(seconds)
+    if s < 10:
+        return f"{sign}{s:.3f}s"
+    if s < 60:
+        return f"{sign}{s:.1f}s"
+    if s < 3600:
+        return f"{sign}{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{sign}{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def wrapped(text: str, width: int, indent: str = "") -> list[str]:
+    """``text`` in full, each of its lines word-wrapped into lines of at most ``width``
+    characters after ``indent`` (a line's own leading spaces kept, its continuations
+    indented two more; a word too long for a line is broken): nothing is cut."""
+    lines: list[str] = []
+    room = max(width - len(indent), 16)
+    for line in text.expandtabs(4).splitlines() or [""]:
+        lead = line[: len(line) - len(line.lstrip(" "))][: room // 2]
+        parts = textwrap.wrap(
+            line.strip(" "), room, initial_indent=lead, subsequent_indent=lead + "  ", break_on_hyphens=False
+        )
+        lines.extend(indent + part for part in parts or [""])
     return lines

@@ -1,29 +1,25 @@
-"""The commands that write and read tasks: ``schedule``, ``tasks ...`` and ``executions``."""
+"""The commands that write and manage tasks: ``schedule`` and ``tasks ...`` (the reads,
+``tasks list``, ``tasks show`` and ``executions``, live in ``tickwork.cli.reads``)."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from typing import Any
 
 import click
-from rich.table import Table
 
-from tickwork.cli import common
+from tickwork.cli import common, reads
 from tickwork.cli.common import (
     SECONDS,
     SECONDS_OR_ZERO,
     Count,
     Moment,
-    both_zones,
     client,
     errors_as_messages,
     load_app,
     parse_datetime,
     parse_json,
-    print_executions,
 )
-from tickwork.model import Status, Task
+from tickwork.model import Status
 
 
 @click.command()
@@ -84,64 +80,6 @@ def tasks() -> None:
     """List, inspect and manage tasks."""
 
 
-@tasks.command("list")
-@click.option("--status", type=click.Choice([s.value for s in Status], case_sensitive=False))
-@click.option("--name")
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
-@click.pass_context
-@errors_as_messages
-def tasks_list(ctx: click.Context, status: str | None, name: str | None, limit: int) -> None:
-    """List tasks."""
-    table = Table()
-    for column in ("id", "name", "kind", "schedule", "status", "next run (UTC)", "runs", "last"):
-        table.add_column(column)
-    for t in client(ctx).tasks(status=status, name=name, limit=limit):
-        table.add_row(
-            str(t.id), t.name, t.kind.value, t.schedule_text(), t.status.value,
-            f"{t.next_run_at:%Y-%m-%d %H:%M:%S}" if not t.status.is_terminal else "",
-            str(t.run_count), t.last_status.value if t.last_status else "",
-        )  # fmt: skip
-    common.console.print(table)
-
-
-@tasks.command("show")
-@click.argument("task_id", type=int)
-@click.pass_context
-@errors_as_messages
-def tasks_show(ctx: click.Context, task_id: int) -> None:
-    """Show one task, its next fire times and its latest runs."""
-    app = client(ctx)
-    task = app.get(task_id)
-    console = common.console
-    table = Table(show_header=False)
-    for field, value in task.to_dict().items():
-        if (shown := _field(task, field, value)) is not None:
-            table.add_row(field, shown)
-    console.print(table)
-    if not task.status.is_terminal and (upcoming := task.next_fire_times(5)):
-        zone = task.timezone if task.cron else "UTC"
-        console.print(f"next fire times ({zone}):", markup=False)
-        for when in upcoming:
-            console.print("  " + both_zones(when, zone), markup=False)
-    if task.last_decision:
-        console.print(f"last decision: {task.last_decision}")
-    print_executions(app.executions(task_id, limit=10))
-
-
-def _field(task: Task, field: str, value: Any) -> str | None:
-    """A row of ``tasks show``: the schedule's ends with the runs so far, where the task
-    came from, a pending replan only when there is one (None: no row)."""
-    if field == "origin":
-        return "code (@app.periodic)" if value == "code" else "runtime"
-    if field == "max_runs" and value is not None:
-        return f"{value} ({task.run_count} run so far)"
-    if field == "replan_at":
-        return None if value is None else f"{value} (the edited schedule's slot, once the current run ends)"
-    if field in ("replan_run_at", "declared_at") and value is None:
-        return None
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-
-
 @tasks.command("cancel")
 @click.argument("task_id", type=int)
 @click.option("--run-only", is_flag=True, help="Stop only the current run of a recurring task.")
@@ -198,11 +136,6 @@ def tasks_trigger(ctx: click.Context, task_id: int) -> None:
     common.console.print(f"task {client(ctx).trigger(task_id).id}: due now")
 
 
-@click.command()
-@click.argument("task_id", type=int)
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
-@click.pass_context
-@errors_as_messages
-def executions(ctx: click.Context, task_id: int, limit: int) -> None:
-    """Show the execution log of a task, newest first."""
-    print_executions(client(ctx).executions(task_id, limit=limit))
+for _command in (reads.tasks_list, reads.tasks_show):
+    tasks.add_command(_command)
+executions = reads.executions
