@@ -2,11 +2,12 @@
 the test drives.
 
 It is a second, independent implementation of the contract in tickwork/store/base.py,
-written from the SQL store's queries (queries.sql, retention.sql, edits.sql and their dialect overrides) rather than
-from its Python: the contract suite runs against it too, so a disagreement between the
-two shows up as a failing contract test instead of a node test that passes on a store
-no deployment has. Policy (what a run's outcome means for its task) is not repeated
-here: outcomes arrive already decided by tickwork.schedules, as they do for SQLStore.
+written from the SQL store's queries (queries.sql, retention.sql, edits.sql, insights.sql
+and their dialect overrides) rather than from its Python: the contract suite runs
+against it too, so a disagreement between the two shows up as a failing contract test
+instead of a node test that passes on a store no deployment has. Policy (what a run's
+outcome means for its task) is not repeated here: outcomes arrive already decided by
+tickwork.schedules, as they do for SQLStore.
 
 Rows are frozen ``Task`` / ``Execution`` values replaced whole on every write, the way
 an UPDATE replaces a row; readers get deep copies of the JSON parts, because the SQL
@@ -54,7 +55,7 @@ from tickwork.model import (
     TaskHeader,
 )
 from tickwork.schedules import edited_decision
-from tickwork.store import retention
+from tickwork.store import insights, retention
 from tickwork.store.sql import RECENT_RUNS_WINDOW
 
 __all__ = ["FakeStore"]
@@ -963,6 +964,83 @@ class FakeStore:
             window_full=len(ended) >= RECENT_RUNS_WINDOW,
         )
 
+    # -- insights (insights.sql) ------------------------------------------------------------
+
+    def _recent(self, scan: int) -> list[Execution]:
+        """The newest ``scan`` executions: the bounded walk every insight starts with."""
+        return list(itertools.islice(self._newest_first(), scan))
+
+    def task_name_stats(self, window_s: float, limit: int, *, name: str | None = None) -> insights.NameStatsReport:
+        insights.check(limit, window_s)
+        since = self._now() - timedelta(seconds=window_s)
+        with self._lock:
+            recent = self._recent(limit)
+            by_name: dict[str, list[Execution]] = {}
+            for e in recent:
+                task_name = self._tasks[e.task_id].name
+                ended = e.finished_at is not None and e.finished_at >= since
+                if ended and e.status is not ExecutionStatus.SKIPPED and name in (None, task_name):
+                    by_name.setdefault(task_name, []).append(e)
+        names = sorted((_name_stats(n, runs) for n, runs in by_name.items()), key=lambda x: (-x.runs, x.name))
+        return insights.NameStatsReport(window_s, names[: insights.MAX_NAMES], bool(by_name) and len(recent) >= limit)
+
+    def throughput(self, window_s: float, bucket_s: float, limit: int) -> insights.Throughput:
+        insights.check(limit, window_s, bucket_s)
+        buckets = int(-(-window_s // bucket_s))
+        since = self._now() - timedelta(seconds=buckets * bucket_s)
+        counts: dict[str, list[int]] = {}
+        with self._lock:
+            recent = self._recent(limit)
+        for e in recent:
+            if e.finished_at is not None and e.finished_at >= since and e.status is not ExecutionStatus.SKIPPED:
+                bucket = min(int((e.finished_at - since).total_seconds() // bucket_s), buckets - 1)
+                counts.setdefault(e.status.value, [0] * buckets)[bucket] += 1
+        return insights.Throughput(since, float(bucket_s), buckets, counts, bool(counts) and len(recent) >= limit)
+
+    def find_executions(
+        self,
+        *,
+        name: str | None = None,
+        status: ExecutionStatus | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        scan: int = 50_000,
+    ) -> insights.RunPage:
+        insights.check(scan, 1)
+        with self._lock:
+            found = [
+                e
+                for e in self._recent(scan)
+                if name in (None, self._tasks[e.task_id].name)
+                and status in (None, e.status)
+                and (since is None or e.scheduled_for >= since)
+                and (until is None or e.scheduled_for < until)
+            ][: max(limit, 0)]
+            names = {e.task_id: self._tasks[e.task_id].name for e in found}
+        return insights.RunPage([self._out_execution(e) for e in found], names, scan)
+
+    def running_tasks(self, limit: int) -> list[insights.RunningTask]:
+        with self._lock:
+            running = sorted(
+                (t for t in self._tasks.values() if t.status is Status.RUNNING),
+                key=lambda t: (t.lease_owner or "", t.id),
+            )[: max(limit, 0)]
+            out = []
+            for t in running:
+                run = next(
+                    (
+                        e
+                        for e in self._executions_of(t.id, newest_first=True)
+                        if e.status is ExecutionStatus.RUNNING and e.fence == t.version
+                    ),
+                    None,
+                )
+                out.append(
+                    insights.RunningTask(t.id, t.name, t.lease_owner or "", t.attempt, run.started_at if run else None)
+                )
+            return out
+
     # -- handing rows out ----------------------------------------------------------------
 
     @staticmethod
@@ -1039,6 +1117,35 @@ def _trigger(task: Task, now: datetime) -> Task:
         triggered=not one_time,
         version=task.version + 1,
         updated_at=now,
+    )
+
+
+def _percentile(values: list[float], p: float) -> float | None:
+    """percentile_cont: rank (n - 1) * p of the sorted values, interpolated."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * p
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _name_stats(name: str, runs: list[Execution]) -> insights.NameStats:
+    started = [e for e in runs if e.started_at is not None and e.finished_at is not None]
+    durations = [(e.finished_at - e.started_at).total_seconds() for e in started]  # type: ignore[operator]
+    lateness = [(e.started_at - e.scheduled_for).total_seconds() for e in started]  # type: ignore[operator]
+    successes = [e.finished_at for e in runs if e.status is ExecutionStatus.COMPLETED and e.finished_at]
+    return insights.NameStats(
+        name=name,
+        runs=len(runs),
+        succeeded=len(successes),
+        failed=sum(1 for e in runs if e.status.value in insights.FAILED_STATUSES),
+        last_success=max(successes, default=None),
+        p50_duration=_percentile(durations, 0.5),
+        p95_duration=_percentile(durations, 0.95),
+        p50_lateness=_percentile(lateness, 0.5),
+        p95_lateness=_percentile(lateness, 0.95),
     )
 
 

@@ -34,8 +34,22 @@ from tickwork.model import (
     Task,
     TaskHeader,
 )
+from tickwork.store.insights import NameStats, NameStatsReport, RunningTask, RunPage, Throughput
 
-__all__ = ["Claim", "NewTask", "Outcome", "PruneCounts", "Renewal", "Skipping", "Store"]
+__all__ = [
+    "Claim",
+    "NameStats",
+    "NameStatsReport",
+    "NewTask",
+    "Outcome",
+    "PruneCounts",
+    "Renewal",
+    "RunPage",
+    "RunningTask",
+    "Skipping",
+    "Store",
+    "Throughput",
+]
 
 
 class Store(Protocol):
@@ -259,6 +273,38 @@ class Store(Protocol):
 
     def stats(self) -> Stats:
         """Queue depth and age, tasks per status, recent runs per status, live nodes."""
+        ...
+
+    # -- insights: bounded reads for the dashboard (store/insights.py) ----------------
+
+    def task_name_stats(self, window_s: float, limit: int, *, name: str | None = None) -> NameStatsReport:
+        """Per task name (only ``name``'s, if given), the runs that ended in the last
+        ``window_s`` seconds: counts, the newest success, p50/p95 of duration and
+        lateness. Looks at the newest ``limit`` executions at most (``truncated`` says
+        the cap was reached); the busiest ``insights.MAX_NAMES`` names, busiest first."""
+        ...
+
+    def throughput(self, window_s: float, bucket_s: float, limit: int) -> Throughput:
+        """Runs that ended per ``bucket_s`` seconds over the last ``window_s`` (rounded up
+        to whole buckets), by status, among the newest ``limit`` executions."""
+        ...
+
+    def find_executions(
+        self,
+        *,
+        name: str | None = None,
+        status: ExecutionStatus | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        scan: int = 50_000,
+    ) -> RunPage:
+        """The newest ``limit`` executions among the newest ``scan``, of tasks named
+        ``name``, in ``status``, whose slot is in [since, until); with their tasks' names."""
+        ...
+
+    def running_tasks(self, limit: int) -> list[RunningTask]:
+        """RUNNING tasks by the node holding their lease (then id), at most ``limit``."""
         ...
 
     def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:

@@ -155,7 +155,14 @@ class PostgresDialect:
             raise StoreError(f"url={masked(url)!r}: not a valid PostgreSQL URL: {scrubbed(str(exc), url)}") from None
         self.connect_kwargs = {**CONNECT_KWARGS, "options": options}
         texts = queries.load(
-            "queries.sql", "retention.sql", "edits.sql", "postgres.sql", "postgres_retention.sql", "postgres_edits.sql"
+            "queries.sql",
+            "retention.sql",
+            "edits.sql",
+            "insights.sql",
+            "postgres.sql",
+            "postgres_retention.sql",
+            "postgres_edits.sql",
+            "postgres_insights.sql",
         )
         self.texts = {name: translate(sql) for name, sql in texts.items()}
         # Claims, renewals and outcomes as one set-based statement each, committing itself.

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from tickwork.changes import Edit, SyncWrites
 from tickwork.errors import InvalidInput, QueueFull
 from tickwork.model import Execution, ExecutionStatus, Node, PruneCounts, Stats, Status, Task, TaskHeader
-from tickwork.store import edits, encoding, retention
+from tickwork.store import edits, encoding, insights, retention
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 from tickwork.store.dialect import Dialect, Row, Session, iter_statements, notify
 from tickwork.store.rows import Decoder, header
@@ -315,6 +315,30 @@ class SQLStore:
         with self.dialect.reader() as s:
             rows = s.fetch_all("list_nodes", {})
         return [self._rows.node(r) for r in rows]
+
+    # -- insights (insights.py) -------------------------------------------------------
+
+    def task_name_stats(self, window_s: float, limit: int, *, name: str | None = None) -> insights.NameStatsReport:
+        return insights.name_stats(self.dialect, window_s, limit, name)
+
+    def throughput(self, window_s: float, bucket_s: float, limit: int) -> insights.Throughput:
+        return insights.throughput(self.dialect, window_s, bucket_s, limit)
+
+    def find_executions(
+        self,
+        *,
+        name: str | None = None,
+        status: ExecutionStatus | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        scan: int = 50_000,
+    ) -> insights.RunPage:
+        d, rows = self.dialect, self._rows
+        return insights.find_runs(d, rows, name=name, status=status, since=since, until=until, limit=limit, scan=scan)
+
+    def running_tasks(self, limit: int) -> list[insights.RunningTask]:
+        return insights.running_by_node(self.dialect, limit)
 
 
 def _session_key(session_id: str) -> str:
