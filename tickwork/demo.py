@@ -4,9 +4,12 @@ dashboard on loopback, and a live view of the runs. It is what ``tickwork demo``
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import random
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -133,21 +136,8 @@ def run_demo(db_path: str, duration: float | None, console: Console) -> int:
         Path(db_path + suffix).unlink(missing_ok=True)
     app = make_app(f"sqlite:///{db_path}")
     examples = schedule_examples(app)
-    worker = app.worker(concurrency=4)
-    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, name="tickwork-node")
-    thread.start()
-    dashboard = None
-    try:
-        dashboard = demo_dashboard.start(app)
-        _header(console, worker.node_id, db_path, dashboard)
-        _show(app, examples, duration, console)
-    except KeyboardInterrupt:
-        console.print("stopping (finishing running tasks)...")
-    finally:
-        if dashboard is not None:
-            dashboard.stop()
-        worker.stop()
-        thread.join()
+    with _node_warnings_shown_on_screen():
+        _run(app, examples, db_path, duration, console)
     runs = app.executions(limit=10_000)
     done = sum(1 for e in runs if e.status is ExecutionStatus.COMPLETED)
     console.print()
@@ -157,11 +147,51 @@ def run_demo(db_path: str, duration: float | None, console: Console) -> int:
     return len(runs)
 
 
+def _run(app: App, examples: list[Example], db_path: str, duration: float | None, console: Console) -> None:
+    """The dashboard first (its address heads the screen), then the node, until the end."""
+    dashboard = demo_dashboard.start(app)
+    worker = app.worker(concurrency=4)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, name="tickwork-node")
+    try:
+        _header(console, worker.node_id, db_path, dashboard)
+        thread.start()
+        _show(app, examples, duration, console)
+    except KeyboardInterrupt:
+        console.print("stopping (finishing running tasks)...")
+    finally:
+        dashboard.stop()
+        worker.stop()
+        if thread.is_alive():
+            thread.join()
+
+
 def _header(console: Console, node_id: str, db_path: str, dashboard: demo_dashboard.Dashboard) -> None:
     """Printed once, above the live part (the token nowhere else)."""
     console.print(f"[bold]tickwork demo[/]: node {escape(node_id)} on {escape(sqlite_url(db_path))}")
     console.print(f"dashboard (this machine only): {dashboard.url}", highlight=False)
     console.print(f"sign-in token: {dashboard.token}", markup=False, highlight=False)
+
+
+class _OnScreenOnly(logging.Filter):
+    """Drops tickwork's warnings (the retried example's failures, say): the screen shows
+    every run's outcome, and a log line would scroll the dashboard's address away."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or not record.name.startswith("tickwork")
+
+
+@contextlib.contextmanager
+def _node_warnings_shown_on_screen() -> Iterator[None]:
+    """Without -v, keep tickwork's warnings off the terminal while the demo draws on it."""
+    handlers = logging.getLogger().handlers if logging.getLogger().level >= logging.WARNING else []
+    quiet = _OnScreenOnly()
+    for handler in handlers:
+        handler.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(quiet)
 
 
 def _show(app: App, examples: list[Example], duration: float | None, console: Console) -> None:

@@ -119,7 +119,9 @@ class PlainLog:
         for e in sorted(ended, key=lambda e: e.id):
             if e.id not in self.shown:
                 self.shown.add(e.id)
-                self.console.print(log_line(e, self.names), highlight=False)
+                self.console.print(
+                    log_line(e, self.names), highlight=False, no_wrap=True, overflow="ellipsis", crop=True
+                )
 
 
 def tickwork_command() -> list[str]:
