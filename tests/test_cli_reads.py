@@ -18,7 +18,7 @@ from tests.apps.basic import app as basic_app
 from tests.workers import ROOT
 from tickwork import App
 from tickwork.cli import common as cli
-from tickwork.cli import main
+from tickwork.cli import main, reads
 from tickwork.model import ErrorInfo, ExecutionStatus, Kind, Status
 from tickwork.schedules import outcome_of
 
@@ -208,3 +208,15 @@ def test_bad_filter_values_are_one_line_errors_naming_the_option(
     app.schedule(LONG_NAME, delay=60)
     code, _, output = run(*options)
     assert code == 2 and output.startswith(f"Error: {needle}") and len(output.strip().splitlines()) == 1, output
+
+
+def test_past_the_bounded_read_the_list_warns_that_it_saw_only_the_oldest_tasks(
+    run: Run, app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reads, "SCAN", 3)  # the store lists in id order: newest first reads at most SCAN
+    for _ in range(4):
+        app.schedule(LONG_NAME, delay=3600)
+    code, out, output = run("tasks", "list", "--json")
+    assert code == 0 and [t["id"] for t in json.loads(out)] == [3, 2, 1]
+    assert "warning: only the oldest 3 matching tasks were read and ordered" in output
+    assert _listed(run, "--status", "CANCELLED") == []  # fewer than SCAN: no warning needed

@@ -118,7 +118,10 @@ def newest_first(
     a warning says the page covers only the oldest ``SCAN`` tasks."""
     read = app.tasks(status=status, name=name, limit=SCAN)
     if len(read) == SCAN:
-        click.echo(f"warning: only the oldest {SCAN} matching tasks were read and ordered", err=True)
+        click.echo(
+            f"warning: only the oldest {SCAN} matching tasks were read and ordered (narrow with --status, --name)",
+            err=True,
+        )
     chosen = [t for t in reversed(read) if kind is None or t.kind is kind]
     return chosen[offset : offset + limit]
 
