@@ -20,7 +20,7 @@ from fastapi import APIRouter
 
 from tickwork.app import App
 from tickwork.web.auth import Auth
-from tickwork.web.dashboard import cluster, login, overview, task_list, task_page
+from tickwork.web.dashboard import cluster, insights, login, overview, task_list, task_page
 from tickwork.web.dashboard.pages import Pages, error_page
 from tickwork.web.dashboard.viewers import SignedOut
 from tickwork.web.database import Database
@@ -35,5 +35,6 @@ def router(app: App, auth: Auth, db: Database) -> APIRouter:
     r.include_router(task_list.router(app, db, pages))
     r.include_router(task_page.router(app, db, pages))
     r.include_router(cluster.router(app, db, pages))
+    r.include_router(insights.router(app, db, pages))
     r.include_router(login.router(auth, db, pages))
     return r

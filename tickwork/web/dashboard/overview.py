@@ -1,5 +1,5 @@
-"""The dashboard's first page: the queue in numbers, the newest tasks, the latest
-failures and the latest runs."""
+"""The dashboard's first page: the queue in numbers, runs per minute over the last hour
+(a chart), the newest tasks, the latest failures and the latest runs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from tickwork.app import App
 from tickwork.model import Status
 from tickwork.web import reading
 from tickwork.web.dashboard.cluster import task_names
+from tickwork.web.dashboard.insights import throughput_chart
 from tickwork.web.dashboard.pages import Pages
 from tickwork.web.database import Database
 from tickwork.web.views import FAILURE_STATUSES
@@ -47,6 +48,7 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
             failures=failures,
             names=task_names(app, failures + recent),
             runs=recent,
+            chart=throughput_chart(app),
         )
 
     return r

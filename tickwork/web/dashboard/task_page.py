@@ -21,7 +21,7 @@ from tickwork.errors import EditConflict, InvalidInput, InvalidState, TaskNotFou
 from tickwork.model import Status, Task
 from tickwork.web import reading
 from tickwork.web.auth import csrf_ok
-from tickwork.web.dashboard import edit_form, parsing
+from tickwork.web.dashboard import edit_form, insights, parsing
 from tickwork.web.dashboard.edit_form import EditForm
 from tickwork.web.dashboard.pages import PAGE_SIZE, Pages
 from tickwork.web.database import Database
@@ -120,6 +120,7 @@ def show_task(
         title=f"Task {task.id}",
         task=task,
         runs=app.executions(task.id, limit=PAGE_SIZE),
+        name_reports=insights.name_reports(app, task.name),
         parent=_parent(app, task),
         notice=notice,
         error=error,
