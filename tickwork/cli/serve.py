@@ -7,11 +7,14 @@ the HTTP layer and knows nothing of the command line, so the dependency runs one
 
 from __future__ import annotations
 
+import logging
 import os
 
 import click
 
-from tickwork.cli.common import DURATION, as_message, load_app, log_node_at_info
+from tickwork import logs
+from tickwork.cli.common import DURATION, as_message, load_app
+from tickwork.cli.worker import new_sqlite_file, refuse_without_tasks
 from tickwork.errors import TickworkError
 from tickwork.web.auth import check_session_ttl
 
@@ -43,8 +46,29 @@ from tickwork.web.auth import check_session_ttl
     metavar="DURATION",
     help="How long a dashboard sign-in lasts: 30m, 12h, 7d (1 minute to 30 days). Signing out ends it at once.",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(logs.LEVELS, case_sensitive=False),
+    help="WARNING (the default, unless -v / -vv): warnings and errors, and the server's and node's start, "
+    "stop and outage lines; INFO adds a line for every completed run; DEBUG everything.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line (time, level, logger, message and the run's fields), for log shippers.",
+)
 def serve(
-    app_spec: str, host: str, port: int, public_read: bool, with_worker: bool, concurrency: int, session_ttl: float
+    app_spec: str,
+    host: str,
+    port: int,
+    public_read: bool,
+    with_worker: bool,
+    concurrency: int,
+    session_ttl: float,
+    log_level: str | None,
+    log_format: str,
 ) -> None:
     """Serve the HTTP API (/api/v1) and the dashboard (/) of APP (module:attribute).
 
@@ -58,8 +82,14 @@ def serve(
         ttl = check_session_ttl(session_ttl)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--session-ttl") from exc
-    log_node_at_info()
+    logs.configure(log_level, log_format)
     app = load_app(app_spec)
+    if with_worker:
+        refuse_without_tasks(app, app_spec)
+    if (new := new_sqlite_file(app)) is not None:  # opened in the background, once listening
+        logging.getLogger("tickwork.web").warning(
+            "no database at %s: a new, empty one is created (check TICKWORK_DB or --db)", new
+        )
     try:
         run(
             app,

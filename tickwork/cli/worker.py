@@ -6,12 +6,17 @@ import logging
 import os
 import sys
 import threading
+from pathlib import Path
 
 import click
 
+from tickwork import logs
 from tickwork.app import App
-from tickwork.cli.common import SECONDS_OR_ZERO, errors_as_messages, load_app, log_node_at_info
+from tickwork.cli.common import SECONDS_OR_ZERO, BadApp, errors_as_messages, load_app
 from tickwork.metrics import serve_metrics, watch_queue
+from tickwork.urls import path_from_url
+
+log = logging.getLogger("tickwork.worker")
 
 
 @click.command()
@@ -46,6 +51,19 @@ from tickwork.metrics import serve_metrics, watch_queue
     show_default=True,
     help="Bring APP's @app.periodic schedules in line with its code at start-up (see `tickwork schedules sync`).",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(logs.LEVELS, case_sensitive=False),
+    help="WARNING (the default, unless -v / -vv): warnings and errors, and the node's start, stop and "
+    "outage lines; INFO adds a line for every completed run; DEBUG everything.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line (time, level, logger, message and the run's fields), for log shippers.",
+)
 @errors_as_messages
 def worker(
     app_spec: str,
@@ -55,15 +73,18 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     sync: bool,
+    log_level: str | None,
+    log_format: str,
 ) -> None:
     """Run a worker node for APP (module:attribute) until SIGINT/SIGTERM."""
     minimum, maximum = _concurrency(concurrency)
-    log_node_at_info()
+    logs.configure(log_level, log_format)
     app = load_app(app_spec)
-    if isinstance(app, App) and (sync or metrics_port is not None):  # (a stand-in, in tests, has no store)
+    if isinstance(app, App):  # (a stand-in, in tests, has no store)
+        refuse_without_tasks(app, app_spec)
         # Opened (and migrated) first: the start-up sync and the queue gauges read the
         # store at once, and a database that is away must be one line, not their warnings.
-        app.store  # noqa: B018
+        open_telling_new(app)
     if metrics_port is not None:
         watch_queue(lambda: app.store)
         serve_metrics(metrics_port, metrics_host)
@@ -77,13 +98,39 @@ def worker(
     _exit_past_leaked_threads()
 
 
+def refuse_without_tasks(app: App, spec: str) -> None:
+    """A node of an App that registers no task would claim nothing, for ever: a usage error."""
+    if not app.registry.names():
+        raise BadApp(
+            f"APP={spec!r} registers no task: a worker would have nothing to run "
+            "(register functions with @app.task in the module APP names, or in one it imports)"
+        )
+
+
+def new_sqlite_file(app: App) -> Path | None:
+    """The absolute path of ``app``'s SQLite file when it does not exist yet, else None."""
+    if not app.url.startswith("sqlite:"):
+        return None
+    path = Path(path_from_url(app.url)).resolve()
+    return None if path.exists() else path
+
+
+def open_telling_new(app: App) -> None:
+    """Open (and migrate) ``app``'s store; a SQLite file created by it is told (WARNING):
+    a mistyped path or working directory would otherwise start an empty scheduler."""
+    new = new_sqlite_file(app)
+    app.store  # noqa: B018
+    if new is not None and new.exists():
+        log.warning("no database at %s: created a new, empty one (check TICKWORK_DB or --db)", new)
+
+
 def _exit_past_leaked_threads() -> None:
     """The node has stopped and written everything; a thread that task code started and
     never ended (not a daemon) would keep the process alive for ever. Say so and exit."""
     leaked = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
     if not leaked:
         return
-    logging.getLogger("tickwork.worker").warning(
+    log.warning(
         "node stopped; exiting without waiting for %d thread(s) that task code left running: %s",
         len(leaked),
         ", ".join(sorted(leaked)[:10]),
