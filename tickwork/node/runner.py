@@ -12,11 +12,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from tickwork.clock import utcnow
 from tickwork.context import Context
 from tickwork.events import Events, for_outcome
-from tickwork.model import ErrorInfo, ExecutionStatus, Outcome, Overlap
+from tickwork.logs import ROUTINE
+from tickwork.model import Claim, ErrorInfo, ExecutionStatus, Kind, Outcome, Overlap, Status
 from tickwork.node.executor import Executor
 from tickwork.node.outcomes import RunResult, cancelled_result, outcome_for
 from tickwork.node.recorder import Recorder
@@ -180,7 +182,8 @@ class Runner:
         self.forget(runs)
         events = self.events
         for run, outcome, applied in results:
-            if applied:
+            if applied:  # a stale write (False) and one never written (None): the recorder told
+                log_ended(run.claim, outcome)
                 started = run.started_at
                 took = None if started is None else max(0.0, (outcome.finished_at - started).total_seconds())
                 self.stats.run_ended(run.claim.task.name, outcome.status.value, took)
@@ -197,3 +200,64 @@ class Runner:
         finally:
             self.runs.forget(runs)
             self.on_forget()
+
+
+MESSAGE_LIMIT = 300
+"""An error message is cut to this many characters in the line that tells a run's end."""
+
+
+def log_ended(claim: Claim, outcome: Outcome) -> None:
+    """One line for a run whose outcome the store took: WARNING unless it COMPLETED (then
+    INFO, routine: not shown at the default level). A SKIPPED slot was told when decided."""
+    if outcome.status is ExecutionStatus.SKIPPED:
+        return
+    task = claim.task
+    then = what_next(claim, outcome)
+    error = outcome.error
+    fields = {
+        "task_name": task.name, "task_id": task.id, "execution_id": outcome.execution_id, "attempt": task.attempt,
+        "status": outcome.status.value, "error_type": error.type if error else None,
+        "error_message": error.message[:2000] if error else None, "next": then,
+        "task_status": outcome.task_status.value, "next_run_at": outcome.next_run_at.isoformat(),
+    }  # fmt: skip
+    what = outcome.status.value
+    if error is not None:
+        text = " ".join(error.message.split())
+        text = text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
+        what += f" ({error.type}: {text})" if text else f" ({error.type})"
+    elif outcome.note:
+        what += f" ({outcome.note})"
+    completed = outcome.status is ExecutionStatus.COMPLETED
+    log.log(
+        logging.INFO if completed else logging.WARNING,
+        "task %s (%s) execution %s attempt %s: %s; %s",
+        task.id, task.name, outcome.execution_id, task.attempt, what, then,
+        extra={**fields, ROUTINE: completed},
+    )  # fmt: skip
+
+
+def what_next(claim: Claim, outcome: Outcome) -> str:
+    """What the written outcome does with the task: "retry 2/3 at 10:00:03Z", "FAILED,
+    no retries left", "next slot 10:05:00Z", "CANCELLED", ..."""
+    task, status = claim.task, outcome.task_status
+    if status is Status.CANCELLED:
+        return "CANCELLED"
+    if status is Status.FAILED:
+        return "FAILED, no retries left"
+    if status is Status.COMPLETED:
+        return "task COMPLETED" if task.kind is Kind.ONE_TIME else "the schedule has ended: task COMPLETED"
+    at = _when(outcome.next_run_at, outcome.finished_at)
+    if not outcome.counts:
+        return f"due again at {at} (interrupted: the attempt does not count)"
+    if task.attempt >= 1 and outcome.attempt == task.attempt:  # the same slot again: a retry
+        return f"retry {outcome.attempt}/{task.max_retries} at {at}"
+    if outcome.attempt == 0:
+        slot = _when(outcome.scheduled_at, outcome.finished_at)
+        return f"next slot {slot}" + (f" (runs at {at})" if outcome.next_run_at != outcome.scheduled_at else "")
+    return f"{status.value}, due at {at}"
+
+
+def _when(moment: datetime, now: datetime) -> str:
+    """``10:05:00Z`` on the day of ``now`` (UTC), else ``2026-03-01 10:05:00Z``."""
+    moment, now = moment.astimezone(UTC), now.astimezone(UTC)
+    return moment.strftime("%H:%M:%SZ" if moment.date() == now.date() else "%Y-%m-%d %H:%M:%SZ")
