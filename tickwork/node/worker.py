@@ -31,6 +31,7 @@ from types import FrameType
 
 from tickwork.errors import InvalidInput, NodeError
 from tickwork.events import Events
+from tickwork.logs import database_of
 from tickwork.model import Claim, Node
 from tickwork.node.autoscale import Autoscaler
 from tickwork.node.claims import Claimer, Round
@@ -61,6 +62,8 @@ INTERRUPT_LOG_EVERY_S = 5.0
 # After the store failed, the reconciler waits a heartbeat plus this before reaping: room
 # for an owner's connection wait (2 s at most), its recorder's retry pause (1 s) and a margin.
 POST_OUTAGE_MARGIN_S = 5.0
+# The start-up line names at most this many tasks.
+SHOWN_NAMES = 50
 # How often an autoscaling node looks at the queue.
 AUTOSCALE_EVERY_S = 1.0
 
@@ -146,12 +149,26 @@ class Worker:
         self._start("tickwork-reconcile", lambda: self.reconciler.main(self._monitor_stop))
         self._start("tickwork-listen", lambda: self.store.listen(self._on_notify, self._monitor_stop))
         self.stats.slots(self.concurrency)
-        log.info("node %s started: %d slots, tasks %s", self.node_id, self.concurrency, self.names)
+        self._log_started()
         self.started.set()
         try:
             self._poll_loop()
         finally:
             self._shutdown()
+
+    def _log_started(self) -> None:
+        """The start-up line: the database (its password masked), the claim strategy, the
+        slots and the registered task names."""
+        scaling = f" (autoscaling up to {self.autoscaler.maximum})" if self.autoscaler is not None else ""
+        names = ", ".join(self.names[:SHOWN_NAMES]) + (
+            f" and {len(self.names) - SHOWN_NAMES} more" if len(self.names) > SHOWN_NAMES else ""
+        )
+        log.info(
+            "node %s started on %s: claim strategy %s, %d slots%s, %d tasks: %s",
+            self.node_id, database_of(self.store), getattr(self.store, "claim_strategy", "default"),
+            self.concurrency, scaling, len(self.names), names or "none",
+            extra={"node_id": self.node_id, "slots": self.concurrency, "tasks": self.names},
+        )  # fmt: skip
 
     def stop(self) -> None:
         """Ask the node to shut down gracefully (thread-safe, returns at once)."""
