@@ -11,7 +11,7 @@
 WITH recent AS (
     SELECT task_id, status, scheduled_for, started_at, finished_at
     FROM tickwork_executions ORDER BY id DESC LIMIT :scan
-), ended AS (
+), ended AS MATERIALIZED (
     SELECT t.name, r.status, r.scheduled_for, r.started_at, r.finished_at
     FROM recent r JOIN tickwork_tasks t ON t.id = r.task_id
     WHERE r.finished_at >= :since AND r.status <> 'SKIPPED' AND (:name IS NULL OR t.name = :name)
@@ -39,7 +39,9 @@ WITH recent AS (
            SUM(CASE WHEN rn = CAST(p95 AS INTEGER) THEN v * (1 - (p95 - CAST(p95 AS INTEGER)))
                     WHEN rn = CAST(p95 AS INTEGER) + 1 THEN v * (p95 - CAST(p95 AS INTEGER))
                     ELSE 0 END) / 1000000.0 AS p95
-    FROM ranked GROUP BY name, metric
+    FROM ranked
+    WHERE rn IN (CAST(p50 AS INTEGER), CAST(p50 AS INTEGER) + 1, CAST(p95 AS INTEGER), CAST(p95 AS INTEGER) + 1)
+    GROUP BY name, metric
 )
 SELECT c.name, c.runs, c.succeeded, c.failed, c.last_success,
        d.p50 AS p50_duration, d.p95 AS p95_duration, l.p50 AS p50_lateness, l.p95 AS p95_lateness,

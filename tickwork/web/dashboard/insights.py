@@ -19,6 +19,8 @@ SCAN = 50_000
 WINDOWS = ((3600.0, "last hour"), (86400.0, "last day"))
 CHART_WINDOW = 3600.0
 CHART_BUCKET = 60.0
+NAMES_REFRESH = 30
+"""Seconds between refreshes of the Names page: its day window is the costliest read."""
 
 
 def name_reports(app: App, name: str | None = None) -> list[tuple[str, NameStatsReport]]:
@@ -39,7 +41,12 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
         if not pages.viewer(request).can_read:
             return pages.to_login(request)
         return pages.render(
-            request, "names.html", title="Task names", reports=name_reports(app), chart=throughput_chart(app)
+            request,
+            "names.html",
+            refresh=NAMES_REFRESH,
+            title="Task names",
+            reports=name_reports(app),
+            chart=throughput_chart(app),
         )
 
     return r
