@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for
+from tests.http_support import Served
 from tests.workers import ROOT, client_for
 from tickwork import App, Status
 
@@ -169,3 +170,34 @@ def test_an_app_without_tasks_refuses_to_start(sqlite_url: str) -> None:
     assert done.returncode == 2, done.stderr
     assert "registers no task" in done.stderr and "Traceback" not in done.stderr
     assert not Path(sqlite_url.removeprefix("sqlite:///")).exists()  # refused before opening anything
+
+
+def test_serve_takes_the_same_log_options(sqlite_url: str, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "tickwork.cli", "serve", "tests.test_node_logs:empty_app", "--with-worker"]
+    env = {**os.environ, "TICKWORK_DB": sqlite_url}
+    refused = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "registers no task" in refused.stderr, refused.stderr
+
+    served = Served(sqlite_url, tmp_path / "serve.log", "--with-worker", "--log-format", "json", "--log-level", "INFO")
+    try:
+        client = client_of_url(sqlite_url)
+        done = client.schedule("web.ok")
+        client.close()
+
+        def ended() -> dict[str, object] | None:
+            lines = [json.loads(line) for line in served.output().splitlines() if line.startswith("{")]
+            return next((r for r in lines if r.get("task_id") == done.id), None)
+
+        record = wait_for(ended)
+        assert isinstance(record, dict) and record["status"] == "COMPLETED" and record["level"] == "INFO"
+        records = [json.loads(line) for line in served.output().splitlines() if line.startswith("{")]
+        assert any("started on sqlite:///" in r["message"] for r in records), served.output()
+    finally:
+        served.stop()
+
+
+def client_of_url(url: str) -> App:
+    """An App on ``url`` that knows the served app's task names."""
+    from tests.http_support import make_app
+
+    return make_app(url)
