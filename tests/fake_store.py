@@ -1007,7 +1007,8 @@ class FakeStore:
         limit: int = 100,
         scan: int = 50_000,
     ) -> insights.RunPage:
-        insights.check(scan, 1)
+        insights.check(scan, 1, field="scan")
+        insights.check_limit(limit)
         with self._lock:
             found = [
                 e
@@ -1021,6 +1022,7 @@ class FakeStore:
         return insights.RunPage([self._out_execution(e) for e in found], names, scan)
 
     def running_tasks(self, limit: int) -> list[insights.RunningTask]:
+        insights.check_limit(limit)
         with self._lock:
             running = sorted(
                 (t for t in self._tasks.values() if t.status is Status.RUNNING),

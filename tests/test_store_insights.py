@@ -153,6 +153,13 @@ def test_find_executions_filters_by_name_status_and_slot(store: Store) -> None:
     assert store.find_executions(name="nobody").runs == []
     assert len(store.find_executions(limit=2).runs) == 2
     assert len(store.find_executions(scan=1).runs) == 1
+    for bad in [0, -1, True]:
+        with pytest.raises(InvalidInput, match="limit"):
+            store.find_executions(limit=bad)
+        with pytest.raises(InvalidInput, match="scan"):
+            store.find_executions(scan=bad)
+        with pytest.raises(InvalidInput, match="limit"):
+            store.running_tasks(bad)
 
 
 def test_running_tasks_by_node(store: Store) -> None:

@@ -86,16 +86,23 @@ class RunningTask:
     started_at: datetime | None
 
 
-def check(scan: int, window_s: float, bucket_s: float | None = None) -> None:
-    """The bounds every insight is read with; raises ``InvalidInput`` naming the bad one."""
+def check(scan: int, window_s: float, bucket_s: float | None = None, *, field: str = "limit") -> None:
+    """The bounds every insight is read with (``scan`` is called ``field`` by the caller);
+    raises ``InvalidInput`` naming the bad one."""
     if isinstance(scan, bool) or not isinstance(scan, int) or scan < 1:
-        raise InvalidInput("limit", scan, "must be a whole number, 1 or more")
+        raise InvalidInput(field, scan, "must be a whole number, 1 or more")
     if isinstance(window_s, bool) or not isinstance(window_s, int | float) or not 0 < window_s <= 366 * 86400:
         raise InvalidInput("window_s", window_s, "must be a number of seconds, more than 0 and at most a year")
     if bucket_s is not None and (
         isinstance(bucket_s, bool) or not isinstance(bucket_s, int | float) or not 1 <= bucket_s <= window_s
     ):
         raise InvalidInput("bucket_s", bucket_s, "must be a number of seconds, from 1 to the window")
+
+
+def check_limit(limit: int) -> None:
+    """How many rows a listing returns: a whole number, 1 or more (SQLite reads -1 as none)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidInput("limit", limit, "must be a whole number, 1 or more")
 
 
 def _float(value: object) -> float | None:
@@ -152,7 +159,8 @@ def find_runs(
     limit: int,
     scan: int,
 ) -> RunPage:
-    check(scan, 1)
+    check(scan, 1, field="scan")
+    check_limit(limit)
     params = {
         "name": name,
         "status": status.value if status else None,
@@ -169,6 +177,7 @@ def find_runs(
 
 
 def running_by_node(d: Dialect, limit: int) -> list[RunningTask]:
+    check_limit(limit)
     with d.reader() as s:
         rows = s.fetch_all("running_by_node", {"limit": limit})
     return [
