@@ -134,7 +134,7 @@ def test_json_lines_carry_the_run_fields(client: App, sqlite_url: str, tmp_path:
     assert first["next"].startswith("retry 1/1 at ") and first["next"] in first["message"]
     assert first["execution_id"] != last["execution_id"]
     assert last["next"] == "FAILED, no retries left"
-    started = next(r for r in records if "started on" in r["message"])
+    started = next(r for r in records if " started: " in r["message"])
     assert started["tasks"] and "test.fail" in started["tasks"]
 
 
@@ -144,7 +144,7 @@ def test_start_up_line_masks_the_password(pg_url: str, tmp_path: Path, nodes: li
     url = pg_url if given else re.sub(r"^(postgres(?:ql)?://)([^:@/]+)@", rf"\g<1>\g<2>:{PASSWORD}@", pg_url)
     assert password in url, "the test database URL has no user to give a password"
     nodes.append(node := Node(url, tmp_path))
-    line = node.wait_for_line(r"node \S+ started on ")
+    line = node.wait_for_line(r"node \S+ started: database ")
     assert ":***@" in line and password not in node.stderr(), node.stderr()
     assert re.search(r"claim strategy \w+, 2 slots, \d+ tasks: .*test\.fail", line), line
     node.stop()
@@ -157,11 +157,11 @@ def test_a_new_sqlite_database_is_told_with_its_absolute_path(tmp_path: Path, no
     nodes.append(node := Node("sqlite:///fresh.db", tmp_path, cwd=home))
     told = node.wait_for_line(r"no database at ")
     assert f"WARNING tickwork.worker: no database at {home / 'fresh.db'}: created a new, empty one" in told
-    started = node.wait_for_line(r"started on ")
-    assert f"started on sqlite:///{home / 'fresh.db'}: claim strategy optimistic, 2 slots" in started
+    started = node.wait_for_line(r" started: ")
+    assert f"started: database sqlite:///{home / 'fresh.db'}, claim strategy optimistic, 2 slots" in started
     assert node.stop() == 0
     nodes.append(again := Node("sqlite:///fresh.db", tmp_path, cwd=home))
-    again.wait_for_line(r"started on ")
+    again.wait_for_line(r" started: ")
     assert "no database at" not in again.stderr()
 
 
@@ -193,7 +193,7 @@ def test_serve_takes_the_same_log_options(sqlite_url: str, tmp_path: Path) -> No
         record = wait_for(ended)
         assert isinstance(record, dict) and record["status"] == "COMPLETED" and record["level"] == "INFO"
         records = [json.loads(line) for line in served.output().splitlines() if line.startswith("{")]
-        assert any("started on sqlite:///" in r["message"] for r in records), served.output()
+        assert any(" started: database sqlite:///" in r["message"] for r in records), served.output()
     finally:
         served.stop()
 

@@ -164,7 +164,7 @@ class Worker:
             f" and {len(self.names) - SHOWN_NAMES} more" if len(self.names) > SHOWN_NAMES else ""
         )
         log.info(
-            "node %s started on %s: claim strategy %s, %d slots%s, %d tasks: %s",
+            "node %s started: database %s, claim strategy %s, %d slots%s, %d tasks: %s",
             self.node_id, database_of(self.store), getattr(self.store, "claim_strategy", "default"),
             self.concurrency, scaling, len(self.names), names or "none",
             extra={"node_id": self.node_id, "slots": self.concurrency, "tasks": self.names},
