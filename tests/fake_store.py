@@ -746,10 +746,26 @@ class FakeStore:
             return None if task is None else self._out(task)
 
     def list_tasks(
-        self, *, status: Status | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        status: Status | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        kind: Kind | None = None,
+        newest_first: bool = False,
     ) -> list[Task]:
         with self._lock:
-            return [self._out(t) for t in self._page(status, name, limit, offset)]
+            found = [
+                t
+                for t in self._tasks.values()
+                if (status is None or t.status is status)
+                and (name is None or t.name == name)
+                and (kind is None or t.kind is kind)
+            ]
+            if newest_first:
+                found.reverse()  # ids only grow: the dict's order is id order
+            return [self._out(t) for t in found[max(offset, 0) : max(offset, 0) + max(limit, 0)]]
 
     def task_headers(
         self, *, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0

@@ -18,7 +18,7 @@ from tests.apps.basic import app as basic_app
 from tests.workers import ROOT
 from tickwork import App
 from tickwork.cli import common as cli
-from tickwork.cli import main, reads
+from tickwork.cli import main
 from tickwork.model import ErrorInfo, ExecutionStatus, Kind, Status
 from tickwork.schedules import outcome_of
 
@@ -210,13 +210,10 @@ def test_bad_filter_values_are_one_line_errors_naming_the_option(
     assert code == 2 and output.startswith(f"Error: {needle}") and len(output.strip().splitlines()) == 1, output
 
 
-def test_past_the_bounded_read_the_list_warns_that_it_saw_only_the_oldest_tasks(
-    run: Run, app: App, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(reads, "SCAN", 3)  # the store lists in id order: newest first reads at most SCAN
+def test_the_newest_page_is_the_newest_however_many_tasks_there_are(run: Run, app: App) -> None:
     for _ in range(4):
         app.schedule(LONG_NAME, delay=3600)
-    code, out, output = run("tasks", "list", "--json")
-    assert code == 0 and [t["id"] for t in json.loads(out)] == [3, 2, 1]
-    assert "warning: only the oldest 3 matching tasks were read and ordered" in output
-    assert _listed(run, "--status", "CANCELLED") == []  # fewer than SCAN: no warning needed
+    code, out, _ = run("tasks", "list", "--json", "--limit", "2")
+    assert code == 0 and [t["id"] for t in json.loads(out)] == [4, 3]  # read newest first by the store
+    code, out, _ = run("tasks", "list", "--json", "--limit", "2", "--offset", "2")
+    assert code == 0 and [t["id"] for t in json.loads(out)] == [2, 1]

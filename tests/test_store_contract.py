@@ -1423,3 +1423,13 @@ def test_a_revoked_session_is_refused_and_others_are_not(store: Store) -> None:
     store.revoke_session("session-b", at(store, 60))
     assert store.session_revoked("session-a") and store.session_revoked("session-b")
     assert not store.session_revoked("session-c") and not store.session_revoked("session-old")
+
+
+def test_list_tasks_filters_by_kind_and_pages_newest_first(store: Store) -> None:
+    once = store.insert_tasks([one_time(store) for _ in range(3)])
+    [rec] = store.insert_tasks([recurring(store)])
+    ids = [t.id for t in once]
+    assert [t.id for t in store.list_tasks(newest_first=True, limit=2)] == [rec.id, ids[2]]
+    assert [t.id for t in store.list_tasks(newest_first=True, limit=2, offset=2)] == [ids[1], ids[0]]
+    assert [t.id for t in store.list_tasks(kind=Kind.ONE_TIME)] == ids
+    assert [t.id for t in store.list_tasks(kind=Kind.RECURRING, newest_first=True)] == [rec.id]

@@ -17,7 +17,7 @@ from tickwork.declarations import Declarations
 from tickwork.errors import EditConflict, InvalidInput, InvalidState, TaskNotFound
 from tickwork.events import Events, Hook
 from tickwork.lazy_store import LazyStore
-from tickwork.model import Execution, ExecutionStatus, Misfire, Node, OnLost, Overlap, Stats, Status, Task
+from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLost, Overlap, Stats, Status, Task
 from tickwork.node.redis_locks import RedisMode
 from tickwork.registry import Isolation, Registry, TaskOptions
 from tickwork.store import Store
@@ -255,11 +255,23 @@ class App(NodeMixin):
         return self._require(self.store.get_task(validate.task_id(task_id)), task_id)
 
     def tasks(
-        self, *, status: Status | str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        status: Status | str | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        kind: Kind | str | None = None,
+        newest_first: bool = False,
     ) -> list[Task]:
+        """Tasks in id order (``newest_first``: the reverse), filtered, one page."""
         validate.offset(offset)
         status_ = validate.enum_value(Status, "status", status)
-        return self.store.list_tasks(status=status_, name=name, limit=validate.limit(limit), offset=offset)
+        kind_ = validate.enum_value(Kind, "kind", kind)
+        return self.store.list_tasks(
+            status=status_, name=name, limit=validate.limit(limit), offset=offset, kind=kind_,
+            newest_first=validate.flag("newest_first", newest_first),
+        )  # fmt: skip
 
     def executions(
         self, task_id: int | None = None, *, status: ExecutionStatus | str | None = None, limit: int = 100

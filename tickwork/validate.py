@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from tickwork.errors import InvalidInput
-from tickwork.model import ExecutionStatus, Misfire, OnLost, Overlap, Status
+from tickwork.model import ExecutionStatus, Kind, Misfire, OnLost, Overlap, Status
 from tickwork.registry import Isolation
 from tickwork.timing import require_aware
 
@@ -106,7 +106,7 @@ def misfire(value: Misfire | str | None) -> Misfire | None:
     return enum_value(Misfire, "misfire", value)
 
 
-E = TypeVar("E", Status, ExecutionStatus, Misfire)
+E = TypeVar("E", Status, ExecutionStatus, Misfire, Kind)
 
 
 def enum_value(kind: type[E], field: str, value: E | str | None) -> E | None:

@@ -22,9 +22,6 @@ from tickwork.cli.shown import fit_columns, seconds_text, wrapped
 from tickwork.model import Execution, Kind, Status, Task
 
 MAX_WIDTH = 80
-SCAN = 10_000
-"""At most this many tasks are read to order them newest first and filter by kind (the
-store lists in id order and knows no kind filter)."""
 
 
 class Named(click.ParamType[Any, Any]):
@@ -113,17 +110,8 @@ def tasks_list(
 def newest_first(
     app: App, *, status: Status | None, kind: Kind | None, name: str | None, limit: int, offset: int
 ) -> list[Task]:
-    """A page of tasks, newest first, of one kind if given. The store lists in id order
-    without a kind filter, so up to ``SCAN`` of them are read and ordered here; past that
-    a warning says the page covers only the oldest ``SCAN`` tasks."""
-    read = app.tasks(status=status, name=name, limit=SCAN)
-    if len(read) == SCAN:
-        click.echo(
-            f"warning: only the oldest {SCAN} matching tasks were read and ordered (narrow with --status, --name)",
-            err=True,
-        )
-    chosen = [t for t in reversed(read) if kind is None or t.kind is kind]
-    return chosen[offset : offset + limit]
+    """A page of tasks, newest first, of one kind if given."""
+    return app.tasks(status=status, kind=kind, name=name, limit=limit, offset=offset, newest_first=True)
 
 
 def _list_row(t: Task) -> list[str]:

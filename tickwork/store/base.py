@@ -23,6 +23,7 @@ from tickwork.model import (
     Claim,
     Execution,
     ExecutionStatus,
+    Kind,
     NewTask,
     Node,
     Outcome,
@@ -175,8 +176,18 @@ class Store(Protocol):
     def get_task(self, task_id: int) -> Task | None: ...
 
     def list_tasks(
-        self, *, status: Status | None = None, name: str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[Task]: ...
+        self,
+        *,
+        status: Status | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        kind: Kind | None = None,
+        newest_first: bool = False,
+    ) -> list[Task]:
+        """Tasks filtered by status, name and kind, in id order (``newest_first``: the
+        reverse), one page."""
+        ...
 
     def task_headers(
         self, *, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0

@@ -69,7 +69,15 @@ SELECT * FROM claimed;
 -- name: list_tasks
 SELECT * FROM tickwork_tasks
 WHERE (:status::text IS NULL OR status = :status::text) AND (:name::text IS NULL OR name = :name::text)
+  AND (:kind::text IS NULL OR kind = :kind::text)
 ORDER BY id
+LIMIT :limit OFFSET :offset;
+
+-- name: list_tasks_newest
+SELECT * FROM tickwork_tasks
+WHERE (:status::text IS NULL OR status = :status::text) AND (:name::text IS NULL OR name = :name::text)
+  AND (:kind::text IS NULL OR kind = :kind::text)
+ORDER BY id DESC
 LIMIT :limit OFFSET :offset;
 
 -- name: list_executions

@@ -171,7 +171,17 @@ SELECT * FROM tickwork_tasks WHERE id = :id;
 -- name: list_tasks
 SELECT * FROM tickwork_tasks
 WHERE (:status IS NULL OR status = :status) AND (:name IS NULL OR name = :name)
+  AND (:kind IS NULL OR kind = :kind)
 ORDER BY id
+LIMIT :limit OFFSET :offset;
+
+-- name: list_tasks_newest
+-- list_tasks newest first (a placeholder cannot choose the direction): the primary key
+-- walked backwards, stopping at the page.
+SELECT * FROM tickwork_tasks
+WHERE (:status IS NULL OR status = :status) AND (:name IS NULL OR name = :name)
+  AND (:kind IS NULL OR kind = :kind)
+ORDER BY id DESC
 LIMIT :limit OFFSET :offset;
 
 -- name: list_executions

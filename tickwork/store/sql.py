@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from tickwork.changes import Edit, SyncWrites
 from tickwork.errors import InvalidInput, QueueFull
-from tickwork.model import Execution, ExecutionStatus, Node, PruneCounts, Stats, Status, Task, TaskHeader
+from tickwork.model import Execution, ExecutionStatus, Kind, Node, PruneCounts, Stats, Status, Task, TaskHeader
 from tickwork.store import edits, encoding, insights, retention
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 from tickwork.store.dialect import Dialect, Row, Session, iter_statements, notify
@@ -157,11 +157,22 @@ class SQLStore:
         return self._rows.task(row) if row else None
 
     def list_tasks(
-        self, *, status: Status | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        status: Status | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        kind: Kind | None = None,
+        newest_first: bool = False,
     ) -> list[Task]:
-        params = {"status": status.value if status else None, "name": name, "limit": limit, "offset": offset}
+        params = {
+            "status": status.value if status else None, "name": name, "kind": kind.value if kind else None,
+            "limit": limit, "offset": offset,
+        }  # fmt: skip
+        query = "list_tasks_newest" if newest_first else "list_tasks"
         with self.dialect.reader() as s:
-            return [self._rows.task(r) for r in s.fetch_all("list_tasks", params)]
+            return [self._rows.task(r) for r in s.fetch_all(query, params)]
 
     def task_headers(
         self, *, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
