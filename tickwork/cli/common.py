@@ -63,13 +63,6 @@ def set_up_logging(verbose: int, db: str | None) -> None:
     REDACTOR.install()
 
 
-def log_node_at_info() -> None:
-    """A long-running node (worker, serve) tells its start, stop and outages even without
-    -v: they are what an operator reads when something goes wrong."""
-    if logging.getLogger().level > logging.INFO:
-        logging.getLogger("tickwork").setLevel(logging.INFO)
-
-
 # -- loading the App ----------------------------------------------------------------------
 
 
@@ -341,3 +334,20 @@ def json_option(help_text: str) -> Callable[[Callable[..., R]], Callable[..., R]
 def print_json(value: Any) -> None:
     """``value`` as one line of JSON on stdout (what ``--json`` prints), keys sorted."""
     click.echo(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def refuse_without_tasks(app: App, spec: str) -> None:
+    """A node of an App that registers no task would claim nothing, for ever: a usage error."""
+    if not app.registry.names():
+        raise BadApp(
+            f"APP={spec!r} registers no task: a worker would have nothing to run "
+            "(register functions with @app.task in the module APP names, or in one it imports)"
+        )
+
+
+def new_sqlite_file(app: App) -> Path | None:
+    """The absolute path of ``app``'s SQLite file when it does not exist yet, else None."""
+    if not app.url.startswith("sqlite:"):
+        return None
+    path = Path(path_from_url(app.url)).resolve()
+    return None if path.exists() else path

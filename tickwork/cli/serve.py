@@ -13,8 +13,7 @@ import os
 import click
 
 from tickwork import logs
-from tickwork.cli.common import DURATION, as_message, load_app
-from tickwork.cli.worker import new_sqlite_file, refuse_without_tasks
+from tickwork.cli.common import DURATION, as_message, load_app, new_sqlite_file, refuse_without_tasks
 from tickwork.errors import TickworkError
 from tickwork.web.auth import check_session_ttl
 

@@ -6,15 +6,13 @@ import logging
 import os
 import sys
 import threading
-from pathlib import Path
 
 import click
 
 from tickwork import logs
 from tickwork.app import App
-from tickwork.cli.common import SECONDS_OR_ZERO, BadApp, errors_as_messages, load_app
+from tickwork.cli.common import SECONDS_OR_ZERO, errors_as_messages, load_app, new_sqlite_file, refuse_without_tasks
 from tickwork.metrics import serve_metrics, watch_queue
-from tickwork.urls import path_from_url
 
 log = logging.getLogger("tickwork.worker")
 
@@ -96,23 +94,6 @@ def worker(
         sync=sync,
     )
     _exit_past_leaked_threads()
-
-
-def refuse_without_tasks(app: App, spec: str) -> None:
-    """A node of an App that registers no task would claim nothing, for ever: a usage error."""
-    if not app.registry.names():
-        raise BadApp(
-            f"APP={spec!r} registers no task: a worker would have nothing to run "
-            "(register functions with @app.task in the module APP names, or in one it imports)"
-        )
-
-
-def new_sqlite_file(app: App) -> Path | None:
-    """The absolute path of ``app``'s SQLite file when it does not exist yet, else None."""
-    if not app.url.startswith("sqlite:"):
-        return None
-    path = Path(path_from_url(app.url)).resolve()
-    return None if path.exists() else path
 
 
 def open_telling_new(app: App) -> None:
