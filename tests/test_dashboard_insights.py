@@ -14,19 +14,12 @@ from urllib.parse import quote
 import pytest
 from markupsafe import escape
 
-from tests.http_support import EVIL_NAME, TOKEN, client_of, make_app
+from tests.http_support import EVIL_NAME, TOKEN, client_of
 from tests.test_store_insights import A, B, C, F, T, X, ago, ran
 from tickwork import App
 from tickwork.model import Kind, Node
 from tickwork.store import NewTask
 from tickwork.web.auth import LOGIN_COOKIE
-
-
-@pytest.fixture
-def web_app(store_url: str) -> Iterator[App]:
-    application = make_app(store_url)
-    yield application
-    application.close()
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 import click
 from rich.console import Console
 
+from tickwork import logs
 from tickwork.app import App
 from tickwork.codec import MAX_DEPTH
 from tickwork.errors import InvalidInput, TickworkError
@@ -35,6 +36,7 @@ console = Console()
 """Every command prints through this one console (tests swap it for a wider one)."""
 log = logging.getLogger("tickwork.cli")
 R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class BadApp(click.ClickException):
@@ -351,3 +353,26 @@ def new_sqlite_file(app: App) -> Path | None:
         return None
     path = Path(path_from_url(app.url)).resolve()
     return None if path.exists() else path
+
+
+def log_options(who: str) -> Callable[[F], F]:
+    """``--log-level`` and ``--log-format`` of a long-running command (``who``: what its
+    start, stop and outage lines are about, as the help says)."""
+
+    def add(command: F) -> F:
+        command = click.option(
+            "--log-format",
+            type=click.Choice(logs.FORMATS),
+            default="text",
+            show_default=True,
+            help="json: one JSON object per line (time, level, logger, message and the run's fields), "
+            "for log shippers.",
+        )(command)
+        return click.option(
+            "--log-level",
+            type=click.Choice(logs.LEVELS, case_sensitive=False),
+            help=f"WARNING (the default, unless -v / -vv): warnings and errors, and {who} start, stop and "
+            "outage lines; INFO adds a line for every completed run; DEBUG everything.",
+        )(command)
+
+    return add

@@ -13,7 +13,7 @@ import os
 import click
 
 from tickwork import logs
-from tickwork.cli.common import DURATION, as_message, load_app, new_sqlite_file, refuse_without_tasks
+from tickwork.cli.common import DURATION, as_message, load_app, log_options, new_sqlite_file, refuse_without_tasks
 from tickwork.errors import TickworkError
 from tickwork.web.auth import check_session_ttl
 
@@ -45,19 +45,7 @@ from tickwork.web.auth import check_session_ttl
     metavar="DURATION",
     help="How long a dashboard sign-in lasts: 30m, 12h, 7d (1 minute to 30 days). Signing out ends it at once.",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(logs.LEVELS, case_sensitive=False),
-    help="WARNING (the default, unless -v / -vv): warnings and errors, and the server's and node's start, "
-    "stop and outage lines; INFO adds a line for every completed run; DEBUG everything.",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(logs.FORMATS),
-    default="text",
-    show_default=True,
-    help="json: one JSON object per line (time, level, logger, message and the run's fields), for log shippers.",
-)
+@log_options("the server's and node's")
 def serve(
     app_spec: str,
     host: str,

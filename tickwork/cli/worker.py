@@ -11,7 +11,14 @@ import click
 
 from tickwork import logs
 from tickwork.app import App
-from tickwork.cli.common import SECONDS_OR_ZERO, errors_as_messages, load_app, new_sqlite_file, refuse_without_tasks
+from tickwork.cli.common import (
+    SECONDS_OR_ZERO,
+    errors_as_messages,
+    load_app,
+    log_options,
+    new_sqlite_file,
+    refuse_without_tasks,
+)
 from tickwork.metrics import serve_metrics, watch_queue
 
 log = logging.getLogger("tickwork.worker")
@@ -49,19 +56,7 @@ log = logging.getLogger("tickwork.worker")
     show_default=True,
     help="Bring APP's @app.periodic schedules in line with its code at start-up (see `tickwork schedules sync`).",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(logs.LEVELS, case_sensitive=False),
-    help="WARNING (the default, unless -v / -vv): warnings and errors, and the node's start, stop and "
-    "outage lines; INFO adds a line for every completed run; DEBUG everything.",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(logs.FORMATS),
-    default="text",
-    show_default=True,
-    help="json: one JSON object per line (time, level, logger, message and the run's fields), for log shippers.",
-)
+@log_options("the node's")
 @errors_as_messages
 def worker(
     app_spec: str,
