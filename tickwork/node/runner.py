@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from tickwork.clock import utcnow
+from tickwork.codec import clean_text
 from tickwork.context import Context
 from tickwork.events import Events, for_outcome
 from tickwork.logs import ROUTINE
@@ -214,19 +215,23 @@ def log_ended(claim: Claim, outcome: Outcome) -> None:
     task = claim.task
     then = what_next(claim, outcome)
     error = outcome.error
+    # Error texts come from task code: cleaned as the store cleans them (a lone surrogate
+    # could not be written to a UTF-8 log, or shipped as JSON).
+    error_type = clean_text(error.type) if error else None
+    message = clean_text(error.message) if error else None
     fields = {
         "task_name": task.name, "task_id": task.id, "execution_id": outcome.execution_id, "attempt": task.attempt,
-        "status": outcome.status.value, "error_type": error.type if error else None,
-        "error_message": error.message[:2000] if error else None, "next": then,
+        "status": outcome.status.value, "error_type": error_type,
+        "error_message": message[:2000] if message is not None else None, "next": then,
         "task_status": outcome.task_status.value, "next_run_at": outcome.next_run_at.isoformat(),
     }  # fmt: skip
     what = outcome.status.value
-    if error is not None:
-        text = " ".join(error.message.split())
+    if message is not None:
+        text = " ".join(message.split())
         text = text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
-        what += f" ({error.type}: {text})" if text else f" ({error.type})"
+        what += f" ({error_type}: {text})" if text else f" ({error_type})"
     elif outcome.note:
-        what += f" ({outcome.note})"
+        what += f" ({clean_text(outcome.note)})"
     completed = outcome.status is ExecutionStatus.COMPLETED
     log.log(
         logging.INFO if completed else logging.WARNING,
