@@ -71,6 +71,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+_routine_from = logging.NOTSET
+"""The level from which routine lines show, as configure() set it (NOTSET: not set up
+here, the loggers' own levels decide)."""
+
+
+def routine_shown() -> bool:
+    """Whether a routine line would show: lets a node skip building one per run at the
+    default level, where it would be dropped anyway (a hot path)."""
+    return _routine_from <= logging.INFO
+
+
 class RoutineFilter(logging.Filter):
     """Drops routine records (``extra={"routine": True}``) below ``level``."""
 
@@ -98,6 +109,8 @@ def configure(level: str | None = None, fmt: str = "text") -> None:
         root.setLevel(level.upper())
         logging.getLogger("tickwork").setLevel(logging.NOTSET)
     threshold = root.getEffectiveLevel()
+    global _routine_from
+    _routine_from = threshold
     if threshold == logging.WARNING:
         logging.getLogger("tickwork").setLevel(logging.INFO)
     if not root.handlers:

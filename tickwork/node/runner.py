@@ -18,7 +18,7 @@ from tickwork.clock import utcnow
 from tickwork.codec import clean_text
 from tickwork.context import Context
 from tickwork.events import Events, for_outcome
-from tickwork.logs import ROUTINE
+from tickwork.logs import ROUTINE, routine_shown
 from tickwork.model import Claim, ErrorInfo, ExecutionStatus, Kind, Outcome, Overlap, Status
 from tickwork.node.executor import Executor
 from tickwork.node.outcomes import RunResult, cancelled_result, outcome_for
@@ -212,6 +212,8 @@ def log_ended(claim: Claim, outcome: Outcome) -> None:
     INFO, routine: not shown at the default level). A SKIPPED slot was told when decided."""
     if outcome.status is ExecutionStatus.SKIPPED:
         return
+    if outcome.status is ExecutionStatus.COMPLETED and not (log.isEnabledFor(logging.INFO) and routine_shown()):
+        return  # dropped at this level anyway: not built, once per run
     task = claim.task
     then = what_next(claim, outcome)
     error = outcome.error
