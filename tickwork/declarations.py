@@ -97,14 +97,8 @@ class Declarations:
         declaration = self._by_key[key] = Declaration(key, func, given)
         return declaration
 
-    def __len__(self) -> int:
-        return len(self._by_key)
-
     def __iter__(self) -> Iterator[Declaration]:
         return iter(self._by_key.values())
-
-    def keys(self) -> list[str]:
-        return sorted(self._by_key)
 
 
 def periodic_args(
