@@ -348,7 +348,13 @@ class Case:
         run on a live node is still working on."""
         assert self.fault_end_wall is not None
         live = {n.label for n in self.fleet.nodes if n.alive()}
-        going = {r.execution for r in self.runs() if r.done is None and r.node in live}
+        # A run goes on until its node has written its result, a moment after the task
+        # returns (RECORD_SLACK_S, as in ``interrupted``): a row read in that moment is not
+        # stale (a read there once failed a case whose rows were COMPLETED 50 ms later).
+        now = time.monotonic()
+        going = {
+            r.execution for r in self.runs() if r.node in live and (r.done is None or now - r.done < RECORD_SLACK_S)
+        }
         return [
             (e.task_id, e.id)
             for e in self.client.executions(status="RUNNING", limit=10_000)
