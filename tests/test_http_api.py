@@ -480,7 +480,10 @@ def test_dashboard_actions_need_the_session_csrf_token(api: Any, web_app: App) -
     conflict = api.post(f"{url}/trigger", data={"csrf": token})
     assert conflict.status_code == 409 and "cannot trigger a task that is PAUSED" in conflict.text
     assert api.post(f"{url}/resume", data={"csrf": token}).status_code == 200
-    done = api.post(f"{url}/cancel", data={"csrf": token})
+    asked = api.post(f"{url}/cancel", data={"csrf": token})  # the Cancel button asks first
+    assert asked.status_code == 200 and 'name="confirm"' in asked.text
+    assert web_app.get(task["id"]).status is Status.PENDING
+    done = api.post(f"{url}/cancel", data={"csrf": token, "confirm": "yes"})
     assert done.status_code == 200 and "Cancel requested." in done.text and 'id="task-status"' in done.text
     assert web_app.get(task["id"]).status is Status.CANCELLED
     assert api.post("/tasks/999999/cancel", data={"csrf": token}).status_code == 404

@@ -6,6 +6,11 @@ every server of the database (its id is kept as revoked until its cookie would h
 expired). Query parameters are parsed leniently here (a bad filter shows everything,
 with a note) because a person typed them; the API is the strict interface.
 
+A form schedules a registered task (``schedule_page``) and a cancel is confirmed on a
+page of its own first (``cancel_confirm``); the tasks page sorts and filters by kind
+(``task_order``), and the "next run" column says "paused" or "running since" rather
+than a past time (``next_run``).
+
 Every page needs the database and runs through ``Database.guard``: while it is away a
 page is a 503 (which refreshes itself) within about a second. A task row that cannot be
 decoded is listed with a marker, and its page says why (``reading``).
@@ -20,7 +25,16 @@ from fastapi import APIRouter
 
 from tickwork.app import App
 from tickwork.web.auth import Auth
-from tickwork.web.dashboard import cluster, insights, login, overview, task_list, task_page
+from tickwork.web.dashboard import (
+    cancel_confirm,
+    cluster,
+    insights,
+    login,
+    overview,
+    schedule_page,
+    task_list,
+    task_page,
+)
 from tickwork.web.dashboard.pages import Pages, error_page
 from tickwork.web.dashboard.viewers import SignedOut
 from tickwork.web.database import Database
@@ -33,6 +47,8 @@ def router(app: App, auth: Auth, db: Database) -> APIRouter:
     r = APIRouter(include_in_schema=False)
     r.include_router(overview.router(app, db, pages))
     r.include_router(task_list.router(app, db, pages))
+    r.include_router(schedule_page.router(app, db, pages))  # /tasks/new before /tasks/{task_id}
+    r.include_router(cancel_confirm.router(app, db, pages))
     r.include_router(task_page.router(app, db, pages))
     r.include_router(cluster.router(app, db, pages))
     r.include_router(insights.router(app, db, pages))

@@ -57,6 +57,8 @@ class EditForm(BaseModel):
     overlap: str = ""
     max_runtime: str = ""
     max_catchup: str = ""
+    max_lost: str = ""
+    """Read only when ``editing.POLICIES`` offers it (the task's lost-run limit)."""
 
     def values(self) -> dict[str, str]:
         """What was typed, by field (without the CSRF token and revision), to show again."""
@@ -131,13 +133,13 @@ def _schedule(form: Mapping[str, str]) -> dict[str, Any]:
     if cron and every:
         raise InvalidInput("every", every, "give a cron expression or an interval, not both: clear one of them")
     if every:
-        return {"every": _seconds("every", every)}
+        return {"every": seconds("every", every)}
     if not cron:
         raise InvalidInput("cron", "", "give a cron expression, or an interval in seconds (every)")
-    return {"cron": _text_field("cron", cron)}
+    return {"cron": text_field("cron", cron)}
 
 
-def _text_field(field: str, text: str) -> str:
+def text_field(field: str, text: str) -> str:
     if len(text) > TEXT_LIMITS.get(field, 300):
         raise InvalidInput(field, text, f"must be at most {TEXT_LIMITS.get(field, 300)} characters")
     try:
@@ -156,17 +158,17 @@ def _number(field: str, text: str, kind: Callable[[str], Any], what: str) -> Any
         raise InvalidInput(field, text, f"must be {what}") from None
 
 
-def _seconds(field: str, text: str) -> float:
+def seconds(field: str, text: str) -> float:
     value: float = _number(field, text, float, "a number of seconds")
     return value
 
 
-def _count(field: str, text: str) -> int:
+def count(field: str, text: str) -> int:
     value: int = _number(field, text, int, "a whole number")
     return value
 
 
-def _optional(read: Callable[[str, str], Any]) -> Callable[[str, str], Any]:
+def optional(read: Callable[[str, str], Any]) -> Callable[[str, str], Any]:
     """Empty turns the option off (None)."""
     return lambda field, text: None if not text.strip() else read(field, text)
 
@@ -194,8 +196,8 @@ def _choice(field: str, text: str) -> enum.StrEnum:
         raise InvalidInput(field, text, f"must be one of {', '.join(m.value for m in kind)}") from None
 
 
-def _until(field: str, text: str) -> datetime:
-    typed = _text_field(field, text.strip())
+def moment(field: str, text: str) -> datetime:
+    typed = text_field(field, text.strip())
     try:
         return iso_text(typed)
     except ValueError as exc:
@@ -203,19 +205,20 @@ def _until(field: str, text: str) -> datetime:
 
 
 READERS: dict[str, Callable[[str, str], Any]] = {
-    "timezone": lambda field, text: _text_field(field, text.strip() or "UTC"),
-    "until": _optional(_until),
-    "max_runs": _optional(_count),
+    "timezone": lambda field, text: text_field(field, text.strip() or "UTC"),
+    "until": optional(moment),
+    "max_runs": optional(count),
     "args": _json(list, 'array, e.g. [1, "two"]'),
     "kwargs": _json(dict, 'object, e.g. {"to": "ops@example.com"}'),
     "misfire": _choice,
-    "misfire_grace": _seconds,
-    "jitter": _seconds,
-    "priority": _count,
-    "timeout": _optional(_seconds),
-    "max_retries": _count,
-    "retry_backoff": _seconds,
+    "misfire_grace": seconds,
+    "jitter": seconds,
+    "priority": count,
+    "timeout": optional(seconds),
+    "max_retries": count,
+    "retry_backoff": seconds,
     "overlap": _choice,
-    "max_runtime": _optional(_seconds),
-    "max_catchup": _count,
+    "max_runtime": optional(seconds),
+    "max_catchup": count,
+    "max_lost": count,
 }

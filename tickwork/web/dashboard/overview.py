@@ -8,10 +8,12 @@ from fastapi.responses import Response
 
 from tickwork.app import App
 from tickwork.model import Status
-from tickwork.web import reading
+from tickwork.web.dashboard import task_order
 from tickwork.web.dashboard.cluster import task_names
 from tickwork.web.dashboard.insights import throughput_chart
+from tickwork.web.dashboard.next_run import running_since
 from tickwork.web.dashboard.pages import Pages
+from tickwork.web.dashboard.task_order import Filters
 from tickwork.web.database import Database
 from tickwork.web.views import FAILURE_STATUSES
 
@@ -28,7 +30,7 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
             return pages.to_login(request)
         stats = app.stats()
         total = sum(stats.by_status.values())
-        newest = list(reversed(reading.tasks(app, status=None, name=None, limit=RECENT, offset=max(0, total - RECENT))))
+        newest = task_order.page(app, Filters(), RECENT, 0).items
         failures = sorted(
             [run for status in FAILURE_STATUSES for run in app.executions(status=status, limit=5)],
             key=lambda run: run.id,
@@ -45,6 +47,7 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
             runs_per_minute=sum(stats.runs_last_minute.values()),
             failures_last_hour=sum(stats.runs_last_hour.get(s, 0) for s in FAILURE_STATUSES),
             tasks=newest,
+            running=running_since(app, newest),
             failures=failures,
             names=task_names(app, failures + recent),
             runs=recent,

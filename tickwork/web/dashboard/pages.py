@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from tickwork.clock import utcnow
 from tickwork.web.auth import SESSION_COOKIE, Auth
+from tickwork.web.dashboard.next_run import next_run
 from tickwork.web.dashboard.viewers import SignedOut, Viewer
 from tickwork.web.database import Database
 from tickwork.web.views import environment
@@ -26,7 +27,10 @@ REFRESH_SECONDS = 5
 
 @functools.cache
 def _environment() -> Any:
-    return environment()
+    """The shared templates, with the dashboard's own helpers (the "next run" column)."""
+    env = environment()
+    env.globals["next_run"] = next_run
+    return env
 
 
 def error_page(

@@ -3,7 +3,9 @@ edit form.
 
 A button or the form posts the session's CSRF token, checked before anything changes; a
 refused action shows the task's page again with the reason (409 for a state it does not
-apply to, 422 for any other refusal). A refused edit shows the form again as it was
+apply to, 422 for any other refusal). Cancel asks first: its button (or a post without
+``confirm=yes``) shows what cancelling would stop, and only the confirmed post cancels
+(``cancel_confirm``). A refused edit shows the form again as it was
 typed, with the reason next to it (``edit_form`` reads it).
 """
 
@@ -21,7 +23,7 @@ from tickwork.errors import EditConflict, InvalidInput, InvalidState, TaskNotFou
 from tickwork.model import Status, Task
 from tickwork.web import reading
 from tickwork.web.auth import csrf_ok
-from tickwork.web.dashboard import edit_form, insights, parsing
+from tickwork.web.dashboard import cancel_confirm, edit_form, insights, next_run, parsing
 from tickwork.web.dashboard.edit_form import EditForm
 from tickwork.web.dashboard.pages import PAGE_SIZE, Pages
 from tickwork.web.database import Database
@@ -35,6 +37,8 @@ DONE = {
     "trigger": "Due now: it runs at the next claim.",
     "retry": "Retried: pending again, due now.",
     "edit": "Saved.",
+    "scheduled": "Scheduled.",
+    "existed": "A live task already held this key: this is that task, unchanged (nothing new was scheduled).",
     "unchanged": "Nothing changed.",
 }
 RETRIABLE = (Status.FAILED, Status.CANCELLED)
@@ -62,7 +66,13 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
 
     @r.post("/tasks/{task_id}/{action}")
     @db.guard
-    def act(request: Request, task_id: str, action: str, csrf: Annotated[str, Form()] = "") -> Response:
+    def act(
+        request: Request,
+        task_id: str,
+        action: str,
+        csrf: Annotated[str, Form()] = "",
+        confirm: Annotated[str, Form()] = "",
+    ) -> Response:
         who = pages.viewer(request)
         if who.session is None:
             return pages.to_login(request, f"/tasks/{quote(task_id)}")
@@ -72,7 +82,9 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
             return pages.problem(request, 404, "Not found", "No such action.")
         try:
             ident = parsing.task_id(task_id)
-            reading.decodable(app, ident, action)
+            task = reading.decodable(app, ident, action)
+            if action == "cancel" and confirm != cancel_confirm.CONFIRMED:
+                return cancel_confirm.ask(pages, request, task)
             _apply(app, action, ident)
         except (TaskNotFound, InvalidInput):
             return pages.problem(request, 404, "Not found", f"No task {task_id}.")
@@ -112,6 +124,7 @@ def show_task(
         return pages.render(
             request, "undecodable.html", status, title=f"Task {task.id}", row=task, runs=runs, error=error, **refresh
         )
+    runs = app.executions(task.id, limit=PAGE_SIZE)
     return pages.render(
         request,
         "task.html",
@@ -119,7 +132,8 @@ def show_task(
         **refresh,
         title=f"Task {task.id}",
         task=task,
-        runs=app.executions(task.id, limit=PAGE_SIZE),
+        runs=runs,
+        since=next_run.started(runs),
         name_reports=insights.name_reports(app, task.name),
         parent=_parent(app, task),
         notice=notice,
