@@ -283,6 +283,8 @@ class FakeStore:
             revision=0,
             replan_at=None,
             replan_run_at=None,
+            max_lost=int(new.max_lost),
+            lost_runs=0,
         )
 
     def next_due_at(self, names: Sequence[str]) -> datetime | None:
@@ -360,6 +362,8 @@ class FakeStore:
             max_runtime=None if after.max_runtime is None else float(after.max_runtime),
             until=_utc_or_none(after.until),
             max_runs=None if after.max_runs is None else int(after.max_runs),
+            max_lost=int(after.max_lost),
+            lost_runs=0 if edit.reset_cancel else task.lost_runs,
             declared_at=_utc_or_none(after.declared_at),
             status=after.status,
             scheduled_at=_utc(after.scheduled_at),
@@ -620,6 +624,7 @@ class FakeStore:
             replan_at=task.replan_at if retrying else None,
             replan_run_at=task.replan_run_at if retrying else None,
             run_count=task.run_count + (0 if o.status is ExecutionStatus.SKIPPED or not o.counts else 1),
+            lost_runs=o.lost_runs,
             last_status=o.status,
             last_decision=decision if decision is not None else task.last_decision,
             lease_owner=None,

@@ -224,7 +224,7 @@ def test_what_next_follows_the_written_outcome(
     client: App, options: dict[str, object], status: str, how: dict[str, bool], expected: str
 ) -> None:
     from tickwork.model import ExecutionStatus
-    from tickwork.node.runner import what_next
+    from tickwork.node.run_log import what_next
     from tickwork.schedules import outcome_of
 
     client.schedule("test.fail", delay=0, **options)  # type: ignore[arg-type]

@@ -144,6 +144,8 @@ def make_task(**overrides: Any) -> Task:
         "replan_at": None,
         "replan_run_at": None,
         "removed_at": None,
+        "max_lost": 3,
+        "lost_runs": 0,
         "existed": False,
     }
     unknown = set(overrides) - set(fields)

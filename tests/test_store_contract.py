@@ -878,7 +878,8 @@ def test_a_cancel_too_late_for_a_completed_one_time_run_leaves_it_completed(stor
 
 
 def test_lost_lease_is_reaped_and_the_late_result_is_dropped(store: Store) -> None:
-    task = insert_one(store, one_time(store, max_retries=1, retry_backoff=0.01))
+    """By default a lost run runs again: the same attempt, not counted, no retry used."""
+    task = insert_one(store, one_time(store, retry_backoff=0.01))
     c = claim_one(store, "node-a", lease=TINY_LEASE)
 
     lost = expired_claim_for(store, task.id)
@@ -894,9 +895,10 @@ def test_lost_lease_is_reaped_and_the_late_result_is_dropped(store: Store) -> No
     assert store.expired(100) == []
 
     reaped = get(store, task.id)
-    assert reaped.status is Status.PENDING  # one retry left
-    assert reaped.attempt == 1
-    assert reaped.run_count == 1
+    assert reaped.status is Status.PENDING  # run again (lost run 1 of at most 3)
+    assert reaped.attempt == 0
+    assert reaped.run_count == 0
+    assert reaped.lost_runs == 1
     assert reaped.last_status is ExecutionStatus.FAILED
     assert reaped.lease_owner is None
     assert reaped.lease_expires_at is None
@@ -904,7 +906,7 @@ def test_lost_lease_is_reaped_and_the_late_result_is_dropped(store: Store) -> No
     e = execution(store, c.execution_id)
     assert e.status is ExecutionStatus.FAILED
     assert e.note is not None
-    assert "lost" in e.note.lower()
+    assert "lost" in e.note.lower() and "run again (lost run 1 of at most 3 in a row)" in e.note
     assert e.error is not None
     assert "lost" in e.error.message.lower()
     assert e.finished_at is not None
@@ -922,19 +924,75 @@ def test_lost_lease_is_reaped_and_the_late_result_is_dropped(store: Store) -> No
     [c2] = found
     assert c2.task.id == task.id
     assert c2.fence == c.fence + 1
-    assert c2.task.attempt == 2
+    assert c2.task.attempt == 1
     assert c2.task.lease_owner == "node-b"
     assert store.finish("node-a", [late]) == [False]
     assert store.finish("node-b", [outcome_of(c2, ExecutionStatus.COMPLETED, store.now(), result="ok")]) == [True]
     done = get(store, task.id)
     assert done.status is Status.COMPLETED
-    assert done.run_count == 2
+    assert done.run_count == 1
+    assert done.lost_runs == 0
     assert execution(store, c2.execution_id).result == "ok"
     assert execution(store, c.execution_id) == e
 
 
-def test_lost_lease_without_retries_fails_the_one_time_task(store: Store) -> None:
-    task = insert_one(store, one_time(store))
+def lose(store: Store, task_id: int) -> Claim:
+    """Claim ``task_id`` on a tiny lease and let the reconciler find it lost; the claim."""
+    c = wait_for(lambda: store.claim("node-a", [NAME], 1, TINY_LEASE), timeout=10)
+    assert isinstance(c, list) and c[0].task.id == task_id
+    expired_claim_for(store, task_id)
+    assert reconcile(store) == 1
+    return c[0]
+
+
+def test_lost_runs_run_again_max_lost_times_in_a_row_then_count_as_a_failure(store: Store) -> None:
+    task = insert_one(store, one_time(store, max_lost=2, max_retries=1, retry_backoff=0.01))
+    for lost in (1, 2):
+        c = lose(store, task.id)
+        assert c.task.attempt == 1  # a lost run's rerun is the same attempt
+        now = get(store, task.id)
+        assert (now.status, now.attempt, now.lost_runs, now.run_count) == (Status.PENDING, 0, lost, 0)
+    c = lose(store, task.id)  # the third in a row: a failure, which max_retries=1 retries
+    assert c.task.attempt == 1
+    now = get(store, task.id)
+    assert (now.status, now.attempt, now.lost_runs, now.run_count) == (Status.PENDING, 1, 2, 1)
+    assert "counted as a failure" in (execution(store, c.execution_id).note or "")
+    c = lose(store, task.id)  # lost again, still in a row, no retry left: FAILED
+    assert c.task.attempt == 2
+    now = get(store, task.id)
+    assert (now.status, now.lost_runs, now.run_count) == (Status.FAILED, 0, 2)
+
+
+def test_a_run_that_ends_on_its_node_resets_the_lost_runs(store: Store) -> None:
+    task = insert_one(store, recurring(store, max_lost=1, retry_backoff=0.01, interval=3600.0))
+    lose(store, task.id)
+    assert get(store, task.id).lost_runs == 1
+    [c] = wait_for(lambda: store.claim("node-a", [NAME], 1, LEASE), timeout=10)  # type: ignore[misc]
+    assert store.finish("node-a", [outcome_of(c, ExecutionStatus.FAILED, store.now())]) == [True]
+    after = get(store, task.id)
+    assert (after.lost_runs, after.run_count, after.scheduled_at > task.scheduled_at) == (0, 1, True)
+
+
+def test_a_recurring_tasks_lost_runs_past_max_lost_move_it_to_its_next_slot(store: Store) -> None:
+    task = insert_one(store, recurring(store, max_lost=0, interval=3600.0))
+    lose(store, task.id)
+    after = get(store, task.id)
+    assert after.status is Status.PENDING and after.scheduled_at > task.scheduled_at
+    assert (after.lost_runs, after.attempt, after.run_count) == (0, 0, 1)
+
+
+def test_a_lost_run_whose_task_was_asked_to_cancel_is_not_run_again(store: Store) -> None:
+    cancelled = insert_one(store, one_time(store))
+    [c] = wait_for(lambda: store.claim("node-a", [NAME], 1, TINY_LEASE), timeout=10)  # type: ignore[misc]
+    store.cancel(cancelled.id)
+    expired_claim_for(store, cancelled.id)
+    assert reconcile(store) == 1
+    assert get(store, cancelled.id).status is Status.CANCELLED
+    assert c.task.id == cancelled.id
+
+
+def test_lost_lease_with_max_lost_0_fails_the_one_time_task(store: Store) -> None:
+    task = insert_one(store, one_time(store, max_lost=0))
     c = claim_one(store, "node-a", lease=TINY_LEASE)
     expired_claim_for(store, task.id)
     assert reconcile(store) == 1

@@ -126,6 +126,7 @@ class App(NodeMixin):
         max_catchup: int = 100,
         overlap: Overlap | str = Overlap.SKIP,
         on_lost: OnLost | str = OnLost.RETRY,
+        max_lost: int = 3,
         max_runtime: float | None = None,
         isolation: Isolation | str = Isolation.THREAD,
         kill_grace: float = 5.0,
@@ -148,6 +149,7 @@ class App(NodeMixin):
         max_catchup: int = 100,
         overlap: Overlap | str = Overlap.SKIP,
         on_lost: OnLost | str = OnLost.RETRY,
+        max_lost: int = 3,
         max_runtime: float | None = None,
         isolation: Isolation | str = Isolation.THREAD,
         kill_grace: float = 5.0,
@@ -163,13 +165,16 @@ class App(NodeMixin):
         after ``kill_grace`` seconds); the function must be defined at module level.
         ``max_runtime`` bounds a run even while its node keeps renewing the lease: past
         it, any node's reconciler ends the run TIMED_OUT.
+        A run lost with its node (``on_lost="retry"``) runs again, up to ``max_lost``
+        times in a row, apart from ``max_retries``: it was never seen to fail; the next
+        lost run then counts as a failure, so a task that kills its node cannot loop.
         """
         options = TaskOptions(
             **validate.task_options(
                 timeout=timeout, max_retries=max_retries, retry_backoff=retry_backoff, misfire=misfire,
                 misfire_grace=misfire_grace, jitter=jitter, priority=priority, max_catchup=max_catchup,
-                overlap=overlap, on_lost=on_lost, max_runtime=max_runtime, isolation=isolation, kill_grace=kill_grace,
-                context=context,
+                overlap=overlap, on_lost=on_lost, max_lost=max_lost, max_runtime=max_runtime, isolation=isolation,
+                kill_grace=kill_grace, context=context,
             )
         )  # fmt: skip
 

@@ -35,7 +35,10 @@ POLICIES = (
     "overlap",
     "max_runtime",
     "max_catchup",
+    "max_lost",
 )
+NODE_RULES = ("max_runtime", "max_lost")
+"""Editable options that ``schedule()`` does not take (they come from ``@app.task``)."""
 ENDS = ("until", "max_runs")
 EDITABLE = ("args", "kwargs", *SCHEDULE, *POLICIES, *ENDS)
 """What ``update()`` may change, by ``schedule()``'s parameter names."""
@@ -46,7 +49,7 @@ ENDED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
 DEFINITION = (
     "name", "args", "kwargs", "cron", "timezone", "interval", "misfire", "misfire_grace", "jitter", "timeout",
     "max_retries", "retry_backoff", "priority", "max_catchup", "overlap", "on_lost", "max_runtime", "until",
-    "max_runs",
+    "max_runs", "max_lost",
 )  # fmt: skip
 """The fields a task's definition is made of: what an edit writes and a sync compares."""
 RESCHEDULING = ("cron", "timezone", "interval")
@@ -85,7 +88,9 @@ def updated(task: Task, changes: Mapping[str, Any], definition: TaskDef | None, 
     # Options not changed keep the task's stored values, not the registration's.
     request = planning.check(_stored_definition(task), given, bind=False, **limits)
     new = planning.new_task(dataclasses.replace(request, until=None), now)
-    new = dataclasses.replace(new, until=request.until, max_runtime=_max_runtime(task, changes))
+    new = dataclasses.replace(
+        new, until=request.until, max_runtime=_max_runtime(task, changes), max_lost=_max_lost(task, changes)
+    )
     cleared: dict[str, Any] = {field: None for field in CLEARABLE if field in changes and changes[field] is None}
     new = dataclasses.replace(new, **cleared)
     reschedule = any(getattr(new, f) != getattr(task, f) for f in RESCHEDULING)
@@ -110,6 +115,10 @@ def _max_runtime(task: Task, changes: Mapping[str, Any]) -> float | None:
     return validate.optional_positive("max_runtime", changes["max_runtime"])
 
 
+def _max_lost(task: Task, changes: Mapping[str, Any]) -> int:
+    return validate.max_lost(changes["max_lost"]) if "max_lost" in changes else task.max_lost
+
+
 def _merged(task: Task, changes: Mapping[str, Any]) -> planning.ScheduleArgs:
     """``schedule()``'s arguments that would make ``task`` as ``changes`` want it: what
     is not changed is the task's own (giving ``every`` replaces ``cron``, and back)."""
@@ -121,7 +130,7 @@ def _merged(task: Task, changes: Mapping[str, Any]) -> planning.ScheduleArgs:
     if changes.get("every") is not None:
         cron, every = None, changes["every"]
     timezone = changes.get("timezone", task.timezone if cron is not None else "UTC")
-    overrides = {f: changes.get(f, getattr(task, f)) for f in POLICIES if f != "max_runtime"}
+    overrides = {f: changes.get(f, getattr(task, f)) for f in POLICIES if f not in NODE_RULES}
     return planning.ScheduleArgs(
         args=changes.get("args", task.args),
         kwargs=changes.get("kwargs", task.kwargs),
@@ -141,7 +150,7 @@ def _stored_definition(task: Task) -> TaskDef:
     options = TaskOptions(
         timeout=task.timeout, max_retries=task.max_retries, retry_backoff=task.retry_backoff, misfire=task.misfire,
         misfire_grace=task.misfire_grace, jitter=task.jitter, priority=task.priority, max_catchup=task.max_catchup,
-        overlap=task.overlap, on_lost=task.on_lost, max_runtime=task.max_runtime,
+        overlap=task.overlap, on_lost=task.on_lost, max_runtime=task.max_runtime, max_lost=task.max_lost,
     )  # fmt: skip
     return TaskDef(task.name, _unregistered, options)
 

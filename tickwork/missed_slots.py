@@ -55,6 +55,7 @@ def backfill_runs(task: Task, span: Window, now: datetime) -> list[NewTask]:
             parent_id=task.id,
             on_lost=task.on_lost,
             max_runtime=task.max_runtime,
+            max_lost=task.max_lost,
         )
         for s in slots
     ]

@@ -144,6 +144,12 @@ class Task:
     """An edit of this running task's schedule: the slot it moves to when the run ends."""
     replan_run_at: datetime | None = None
     """With ``replan_at``: that slot's dispatch time (the slot plus its jitter)."""
+    max_lost: int = 3
+    """How many lost runs in a row (its node died or stopped renewing) are run again
+    before a lost run counts as a failure (``on_lost="retry"``); apart from retries."""
+    lost_runs: int = 0
+    """Lost runs of the current slot so far that were run again; reset by any run that
+    ends on its node, and by a new slot."""
     existed: bool = dataclasses.field(default=False, compare=False)
     """Only on what ``schedule(key=...)`` returns: True when a live task already held the
     key and was returned unchanged (``replace=True`` updates it instead)."""
@@ -301,6 +307,7 @@ class NewTask:
     max_runs: int | None = None
     origin: str | None = None
     declared_at: datetime | None = None
+    max_lost: int = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,6 +350,9 @@ class Outcome:
     counts: bool = True
     """The run counts in ``run_count`` (and toward ``max_runs``); not one interrupted by
     its node's shutdown, whose slot runs again."""
+    lost_runs: int = 0
+    """The task's ``lost_runs`` after this write: one more for a lost run run again,
+    else 0 (a run that ended on its node, or a new slot)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -213,6 +213,7 @@ def new_task(request: Request, now: datetime, *, seed: int | None = None) -> New
         max_catchup=options.max_catchup,
         overlap=options.overlap,
         on_lost=options.on_lost,
+        max_lost=options.max_lost,
         max_runtime=options.max_runtime,
         until=request.until,
         max_runs=request.max_runs,

@@ -43,6 +43,7 @@ class TaskOptions:
     max_catchup: int = 100
     overlap: Overlap = Overlap.SKIP
     on_lost: OnLost = OnLost.RETRY
+    max_lost: int = 3
     max_runtime: float | None = None
     isolation: Isolation = Isolation.THREAD
     kill_grace: float = 5.0

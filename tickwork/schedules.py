@@ -34,6 +34,7 @@ __all__ = [
     "next_fires",
     "next_slot",
     "outcome_of",
+    "outcome_with",
     "require_aware",
     "retry_delay",
     "run_slot",
@@ -235,10 +236,10 @@ def outcome_of(
     """The fenced write that records a run that ended at ``now`` and applies ``settle``'s decision."""
     s = settle(claim.task, status, now, interrupted=interrupted, replaced=replaced)
     details = {"error": error, "result": result, "note": note, "started_at": started_at, "counts": not interrupted}
-    return _outcome(claim, status, s, now, **details)
+    return outcome_with(claim, status, s, now, **details)
 
 
-def _outcome(claim: Claim, status: ExecutionStatus, then: Settlement, now: datetime, **details: Any) -> Outcome:
+def outcome_with(claim: Claim, status: ExecutionStatus, then: Settlement, now: datetime, **details: Any) -> Outcome:
     """The one shape of every fenced write about an ended (or skipped) run."""
     return Outcome(
         task_id=claim.task.id,
@@ -370,7 +371,7 @@ def skipped_outcome(claim: Claim, decision: Decision, now: datetime) -> Outcome:
         then = Settlement(
             Status.PENDING, slot, slot + jitter_offset(task.id, slot, task.jitter), task.attempt - 1, False
         )
-    return _outcome(
+    return outcome_with(
         claim, ExecutionStatus.SKIPPED, then, now, note=decision.text, skipped=decision.skipped,
         skipped_last=decision.skipped_last, decision=decision.text,
     )  # fmt: skip
@@ -384,4 +385,4 @@ def failed_outcome(
     that the run is recorded and its slot freed instead of stuck RUNNING."""
     task = claim.task
     then = Settlement(Status.FAILED, task.scheduled_at, task.next_run_at, task.attempt, False)
-    return _outcome(claim, ExecutionStatus.FAILED, then, now, error=error, note=note)
+    return outcome_with(claim, ExecutionStatus.FAILED, then, now, error=error, note=note)

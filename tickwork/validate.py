@@ -125,6 +125,12 @@ def max_catchup(value: int) -> int:
     return value
 
 
+def max_lost(value: int) -> int:
+    if not 0 <= integer("max_lost", value) <= 1000:
+        raise InvalidInput("max_lost", value, "must be an integer from 0 to 1000")
+    return value
+
+
 def isolation(value: Isolation | str) -> Isolation:
     try:
         return Isolation(value.lower() if isinstance(value, str) else value)
@@ -175,6 +181,7 @@ OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_catchup": max_catchup,
     "overlap": overlap,
     "on_lost": on_lost,
+    "max_lost": max_lost,
     "max_runtime": functools.partial(optional_positive, "max_runtime"),
     "isolation": isolation,
     "kill_grace": functools.partial(non_negative, "kill_grace"),

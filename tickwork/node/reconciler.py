@@ -21,9 +21,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from tickwork.events import Events, for_outcome
-from tickwork.model import ErrorInfo, ExecutionStatus, OnLost
+from tickwork.lost import lost_outcome
+from tickwork.model import ErrorInfo, ExecutionStatus
 from tickwork.node.health import SLOW_CALL_LEASES, StoreHealth
 from tickwork.node.pruner import Pruner
+from tickwork.node.run_log import what_next
 from tickwork.node.settings import NodeSettings
 from tickwork.node.stats import NO_STATS, NodeStats
 from tickwork.schedules import failed_outcome, outcome_of
@@ -195,7 +197,11 @@ def _recover(store: Store, claims: list[Claim], events: Events | None, stats: No
                 continue
             recovered += 1
             stats.recovered(reason, 1)
-            log.warning("task %s: run %s by node %s, ended %s", outcome.task_id, reason, owner, outcome.status)
+            log.warning(
+                "task %s (%s): run %s by node %s, ended %s; %s",
+                outcome.task_id, by_task[outcome.task_id].task.name, reason, owner, outcome.status,
+                what_next(by_task[outcome.task_id], outcome),
+            )  # fmt: skip
             if events is not None:
                 for event, payload in for_outcome(by_task[outcome.task_id], outcome, owner, lost=not overrun):
                     events.emit(event, payload)
@@ -206,9 +212,7 @@ def _lost_outcome(claim: Claim, owner: str, now: datetime) -> Outcome:
     error = ErrorInfo(
         "LeaseExpired", f"lost: node {owner} stopped renewing its lease (expired {claim.task.lease_expires_at})"
     )
-    if claim.task.on_lost is OnLost.FAIL:
-        return failed_outcome(claim, now, error, note=f"lost by {owner}; on_lost=fail")
-    return outcome_of(claim, ExecutionStatus.FAILED, now, error=error, note=f"lost by {owner}")
+    return lost_outcome(claim, now, error, note=f"lost by {owner}")
 
 
 def _overrun_outcome(claim: Claim, owner: str, now: datetime) -> Outcome:

@@ -82,6 +82,7 @@ def _edit_params(d: Dialect, edit: Edit) -> dict[str, Any]:
         "max_runtime": after.max_runtime,
         "until": d.encode_time(after.until),
         "max_runs": after.max_runs,
+        "max_lost": after.max_lost,
         "declared_at": d.encode_time(after.declared_at),
         "status": after.status.value,
         "scheduled_at": d.encode_time(after.scheduled_at),

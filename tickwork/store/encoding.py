@@ -38,6 +38,7 @@ def new_task(d: Dialect, new: NewTask, now: Any) -> dict[str, Any]:
         "max_runs": new.max_runs,
         "origin": new.origin,
         "declared_at": d.encode_time(new.declared_at),
+        "max_lost": new.max_lost,
         "now": now,
     }
 
@@ -70,6 +71,7 @@ def outcome_object(o: Outcome) -> dict[str, Any]:
         "skipped_last": o.skipped_last.isoformat() if o.skipped_last else None,
         "decision": clean_text(o.decision) if o.decision else None,
         "counts": o.counts,
+        "lost_runs": o.lost_runs,
     }
 
 

@@ -114,7 +114,8 @@ WITH o AS (
         task_id bigint, fence bigint, execution_id bigint, status text, task_status text,
         scheduled_at timestamptz, next_run_at timestamptz, finished_at timestamptz, started_at timestamptz,
         attempt int, triggered boolean, error_type text, error_message text, error_traceback text,
-        result jsonb, note text, skipped int, skipped_last timestamptz, decision text, counts boolean)
+        result jsonb, note text, skipped int, skipped_last timestamptz, decision text, counts boolean,
+        lost_runs int)
 ), settled AS (
     UPDATE tickwork_tasks t
     SET status = CASE WHEN t.cancel_requested AND NOT t.cancel_run_only
@@ -156,6 +157,7 @@ WITH o AS (
                              THEN t.replan_run_at END,
         attempt = o.attempt, last_status = o.status,
         run_count = t.run_count + CASE WHEN o.status = 'SKIPPED' OR NOT o.counts THEN 0 ELSE 1 END,
+        lost_runs = o.lost_runs,
         last_decision = COALESCE(o.decision, t.last_decision),
         lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
     FROM o

@@ -8,12 +8,12 @@ INSERT INTO tickwork_tasks (
     name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
     next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
     retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
-    until_at, max_runs, origin, declared_at, created_at, updated_at)
+    until_at, max_runs, origin, declared_at, max_lost, created_at, updated_at)
 VALUES (
     :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval, :scheduled_at,
     :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
     :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :max_runtime,
-    :until, :max_runs, :origin, :declared_at, :now, :now)
+    :until, :max_runs, :origin, :declared_at, :max_lost, :now, :now)
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
 DO NOTHING
 RETURNING *;
@@ -115,6 +115,7 @@ SET status = CASE WHEN cancel_requested AND NOT cancel_run_only
                          THEN replan_run_at END,
     attempt = :attempt,
     run_count = run_count + CASE WHEN :status = 'SKIPPED' OR NOT :counts THEN 0 ELSE 1 END,
+    lost_runs = :lost_runs,
     last_status = :status, last_decision = COALESCE(:decision, last_decision),
     lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'

@@ -158,6 +158,8 @@ class Decoder:
             max_runtime=_optional_float(r["max_runtime"]),
             until=d.decode_time(r["until_at"]),
             max_runs=None if r["max_runs"] is None else int(r["max_runs"]),
+            max_lost=int(r["max_lost"]),
+            lost_runs=int(r["lost_runs"]),
             origin=r["origin"],
             declared_at=d.decode_time(r["declared_at"]),
             removed_at=d.decode_time(r["removed_at"]),

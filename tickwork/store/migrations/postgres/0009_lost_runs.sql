@@ -1,0 +1,6 @@
+-- Lost runs run again (on_lost='retry'): up to max_lost in a row, counted in lost_runs
+-- apart from the retries of max_retries, so that a task that kills its node cannot
+-- loop for ever. lost_runs is set by every outcome write: one more for a lost run run
+-- again, 0 for any run that ended on its node and for a new slot.
+ALTER TABLE tickwork_tasks ADD COLUMN max_lost INTEGER NOT NULL DEFAULT 3;
+ALTER TABLE tickwork_tasks ADD COLUMN lost_runs INTEGER NOT NULL DEFAULT 0;
