@@ -1,10 +1,12 @@
 """The dashboard in a real browser: Debian's Chromium, driven by Playwright, against
 ``tickwork serve --with-worker`` on a free loopback port.
 
-Sign in, see a scheduled task on the overview, open it, cancel it and see it CANCELLED;
-markup in a task's name and error shows as text and runs nothing; the pages fit a
-390-px screen. Screenshots of the overview and a task page at 1280 and 390 px go to the
-test's tmp dir (and, with TICKWORK_UPDATE_SCREENSHOT=1, the overview to
+Sign in, see a scheduled task on the overview, open it, cancel it (confirmed on the page
+the Cancel button leads to) and see it CANCELLED; markup in a task's name and error shows
+as text and runs nothing; schedule a task with the form and see its run and result,
+re-run a FAILED task with Retry, filter the runs, see the throughput chart and the
+per-name statistics; the pages fit a 390-px screen. Screenshots at 1280 and 390 px go to
+the test's tmp dir (and, with TICKWORK_UPDATE_SCREENSHOT=1, the overview to
 docs/dashboard.png for the README). Every wait is on a condition, with a deadline.
 """
 
@@ -127,7 +129,14 @@ def test_sign_in_see_open_cancel(browser: Any, server: Served, seeded: dict[str,
             expect(page.locator("#task-status")).to_have_text("PENDING")
             expect(page.locator("#task-kwargs")).to_contain_text("a@b.c")
             page.screenshot(path=str(shots / f"task-{width}.png"), full_page=True)
+            page.get_by_role("button", name="Cancel").click()  # asks first: nothing is cancelled yet
+            expect(page.locator("#cancel-consequence")).to_contain_text("It is PENDING")
+            expect(page.locator("#task-status")).to_have_text("PENDING")
+            page.screenshot(path=str(shots / f"cancel-confirm-{width}.png"), full_page=True)
+            page.get_by_role("link", name=f"Back to task {seeded['target']}").click()
+            expect(page.locator("#task-status")).to_have_text("PENDING")
             page.get_by_role("button", name="Cancel").click()
+            page.get_by_role("button", name="Confirm: cancel it").click()
             expect(page.locator("#task-status")).to_have_text("CANCELLED")
             expect(page.get_by_role("status")).to_have_text("Cancel requested.")
             expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
@@ -148,6 +157,98 @@ def test_sign_in_see_open_cancel(browser: Any, server: Served, seeded: dict[str,
     print(f"screenshots: {shots}")
     if os.environ.get("TICKWORK_UPDATE_SCREENSHOT") == "1":
         _readme_screenshot(browser, tmp_path, shots)
+
+
+def _sign_in(page: Any, url: str) -> None:
+    page.goto(url + "/login")
+    page.get_by_label("API token").fill(TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def test_schedule_retry_filter_and_insights(
+    browser: Any, server: Served, seeded: dict[str, int], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    dialogs: list[str] = []
+    for label, (width, height) in WIDTHS.items():
+        context = browser.new_context(viewport={"width": width, "height": height})
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        _sign_in(page, server.url)
+        expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+
+        # Schedule a task with the form: a mistake first (named next to the form, kept as typed).
+        page.goto(server.url + "/tasks")
+        page.get_by_role("link", name="Schedule a task").click()
+        expect(page.get_by_role("heading", name="Schedule a task")).to_be_visible()
+        page.locator('select[name="name"]').select_option("web.ok")
+        page.locator('textarea[name="kwargs"]').fill('{"value": "from the form", ')
+        page.get_by_role("button", name="Schedule").click()
+        expect(page.locator("#schedule-error")).to_contain_text("kwargs=")
+        expect(page.locator('textarea[name="kwargs"]')).to_have_value('{"value": "from the form", ')
+        _no_overflow(page, width)
+        page.screenshot(path=str(shots / f"schedule-form-{width}.png"), full_page=True)
+        page.locator('textarea[name="kwargs"]').fill(f'{{"value": "from the form at {width}"}}')
+        page.get_by_role("button", name="Schedule").click()
+        expect(page.get_by_role("status")).to_have_text("Scheduled.")
+        expect(page.locator("#task-name")).to_have_text("web.ok")
+        # The node runs it; the page refreshes itself until the run and its result show.
+        expect(page.locator("#task-status")).to_have_text("COMPLETED")
+        expect(page.locator("table.runs")).to_contain_text(f'"from the form at {width}"')
+        expect(page.locator("#task-next")).to_have_text("—")
+
+        if label == "desktop":
+            # Re-run the FAILED task with Retry: a second run, FAILED again.
+            page.goto(f"{server.url}/tasks/{seeded['failing']}")
+            expect(page.locator("#task-status")).to_have_text("FAILED")
+            page.get_by_role("button", name="Retry").click()
+            expect(page.get_by_role("status")).to_have_text("Retried: pending again, due now.")
+            expect(page.locator("table.runs tbody tr")).to_have_count(2)
+            expect(page.locator("#task-status")).to_have_text("FAILED")
+
+            # Filter the runs by name and status.
+            page.goto(server.url + "/runs")
+            page.get_by_label("Task name").fill("web.fail")
+            page.locator('select[name="status"]').select_option("FAILED")
+            page.get_by_role("button", name="Filter").click()
+            expect(page).to_have_url(re.compile(r"/runs\?name=web.fail&status=FAILED"))
+            rows = page.locator("table.runs tbody tr")
+            expect(rows).to_have_count(2)
+            for row in rows.all():
+                expect(row).to_contain_text("web.fail")
+                expect(row).to_contain_text("FAILED")
+
+        # The throughput chart (an inline SVG) and the per-name statistics.
+        page.goto(server.url + "/names")
+        expect(page.locator("svg#throughput")).to_be_visible()
+        expect(page.locator("svg#throughput rect.bar").first).to_be_attached()
+        ok_row = page.locator('table.names tr[data-name="web.ok"]').first
+        expect(ok_row).to_be_visible()
+        expect(ok_row.locator('td[data-label="runs"]')).not_to_have_text("0")
+        _no_overflow(page, width)
+        page.screenshot(path=str(shots / f"names-{width}.png"), full_page=True)
+
+        # The tasks list sorted by a column's link, and recurring tasks only.
+        page.goto(server.url + "/tasks")
+        page.locator("table.tasks thead").get_by_role("link", name="name").click()
+        expect(page).to_have_url(re.compile(r"/tasks\?sort=name$"))
+        page.locator('select[name="kind"]').select_option("RECURRING")
+        page.get_by_role("button", name="Filter").click()
+        expect(page.locator("table.tasks tbody tr")).to_have_count(2)  # the cron task and the interval one
+        _no_overflow(page, width)
+        page.screenshot(path=str(shots / f"tasks-sorted-{width}.png"), full_page=True)
+        context.close()
+
+    assert dialogs == []
+    for name in ["schedule-form", "names", "tasks-sorted"]:
+        for width in (1280, 390):
+            assert (shots / f"{name}-{width}.png").stat().st_size > 10_000
+    print(f"screenshots: {shots}")
 
 
 def _readme_screenshot(browser: Any, tmp_path: Path, shots: Path) -> None:

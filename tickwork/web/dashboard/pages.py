@@ -8,6 +8,7 @@ modules only gather what their page shows.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 from urllib.parse import quote
 
@@ -27,10 +28,17 @@ REFRESH_SECONDS = 5
 
 @functools.cache
 def _environment() -> Any:
-    """The shared templates, with the dashboard's own helpers (the "next run" column)."""
+    """The shared templates, with the dashboard's own helpers (the "next run" column, a
+    run's result on one line)."""
     env = environment()
     env.globals["next_run"] = next_run
+    env.filters["compact_json"] = compact_json
     return env
+
+
+def compact_json(value: Any) -> str:
+    """A stored result on one line, as JSON (escaped by the template like any text)."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(", ", ": "), default=str)
 
 
 def error_page(
