@@ -221,3 +221,13 @@ def test_a_full_queue_says_so_and_stores_nothing(page: Any, web_app: App) -> Non
     assert full.status_code == 429 and "max_pending=1" in error_of(full.text)
     assert kept_of(full.text)["kwargs"] == '{"value": 2}'
     assert len(web_app.tasks()) == 1
+
+
+def test_a_server_without_a_token_is_read_only(web_app: App) -> None:
+    with client_of(web_app, token=None) as client:
+        client.base_url = "http://127.0.0.1"  # without a token, only a loopback name is answered
+        shown = client.get(NEW, follow_redirects=False)
+        assert shown.status_code == 403 and "read-only" in shown.text and 'action="/tasks/new"' not in shown.text
+        posted = client.post(NEW, data={"name": "web.ok", "when": "now", "csrf": "x"}, follow_redirects=False)
+        assert posted.status_code == 403
+    assert web_app.tasks() == []

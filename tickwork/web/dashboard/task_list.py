@@ -1,5 +1,5 @@
 """The tasks page: tasks filtered by status, name, kind and a search over names, newest
-first or sorted by a column (``task_order``), a page at time."""
+first or sorted by a column (``task_order``), a page at a time."""
 
 from __future__ import annotations
 
