@@ -131,7 +131,7 @@ def raise_base_process(ctx: Context, kind: str) -> None:
     _raise(ctx, kind)
 
 
-@app.task(name="faults.os_exit")
+@app.task(name="faults.os_exit", max_lost=1, retry_backoff=0.01)
 def os_exit(ctx: Context, code: int = 3) -> None:
     rec = Trace(ctx)
     rec.write("start")

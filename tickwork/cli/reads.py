@@ -169,6 +169,8 @@ def _field(task: Task, field: str, value: Any) -> str | None:
         return "code (@app.periodic)" if value == "code" else "runtime"
     if field == "max_runs" and value is not None:
         return f"{value} ({task.run_count} run so far)"
+    if field == "lost_runs" and value:
+        return f"{value} (lost with their node and run again, of at most {task.max_lost} in a row)"
     if field == "replan_at":
         return None if value is None else f"{value} (the edited schedule's slot, once the current run ends)"
     if field in ("replan_run_at", "declared_at") and value is None:

@@ -137,6 +137,7 @@ class TaskEditIn(BaseModel):
     max_catchup: Count = Field(KEEP)
     until: Moment | None = Field(KEEP, description="ISO 8601 with an offset; null: no end time.")
     max_runs: Count | None = Field(KEEP, description="null: no limit on the number of runs.")
+    max_lost: Count = Field(KEEP, description="Lost runs run again in a row before one counts as a failure.")
 
 
 class BackfillIn(BaseModel):
@@ -194,6 +195,8 @@ class TaskOut(BaseModel):
     revision: int = Field(description="Bumped by every edit (update, retry, sync); version is bumped by claims.")
     replan_at: datetime | None = Field(description="A running task's edited schedule: its slot after this run.")
     replan_run_at: datetime | None
+    max_lost: int = Field(description="Lost runs (node died) run again in a row before one counts as a failure.")
+    lost_runs: int = Field(description="Lost runs of the current slot run again so far (reset by any other end).")
 
 
 class UndecodableTaskOut(BaseModel):
