@@ -82,8 +82,12 @@ def test_the_form_offers_every_registered_name_as_text(page: Any, web_app: App) 
     assert str(escape(EVIL_NAME)) in shown.text and "<script>alert" not in shown.text
     assert shown.text.count("<script") == 1  # only the dashboard's own script
     assert 'name="when" value="now" checked' in shown.text
+    failing = web_app.schedule("web.fail", delay=600)
+    assert 'href="/tasks/new?name=web.fail"' in page.get(f"/tasks/{failing.id}").text  # "Schedule another"
     chosen = page.get(NEW, params={"name": "web.fail"}).text
     assert '<option value="web.fail" selected>' in chosen
+    unknown = page.get(NEW, params={"name": "web.nope"}).text
+    assert re.findall(r'<option value="([^"]*)" selected>', unknown) == [""]  # an unknown name: none chosen
     for path in ("/tasks", "/"):
         assert 'href="/tasks/new"' in page.get(path).text
 
