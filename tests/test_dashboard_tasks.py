@@ -14,6 +14,7 @@ import pytest
 
 from tests.http_support import TOKEN, client_of, run_worker_until, wait_until
 from tests.test_dashboard_schedule import csrf_of, signed_in
+from tests.test_http_api import corrupt, corruptions
 from tickwork import App, Status
 from tickwork.web.dashboard import task_order
 
@@ -197,3 +198,21 @@ def test_a_completed_task_shows_no_next_run(page: Any, web_app: App) -> None:
     task = web_app.schedule("web.ok")
     run_worker_until(web_app, lambda: web_app.get(task.id).status is Status.COMPLETED)
     assert next_cell(page.get("/tasks").text, task.id) == "—"
+
+
+def test_a_row_that_cannot_be_decoded_keeps_its_place_in_every_order(page: Any, web_app: App, store_url: str) -> None:
+    ids = [web_app.schedule("web.ok", delay=600).id for _ in range(3)]
+    recurring = web_app.schedule("web.ok", every=600).id
+    column, value = corruptions(store_url)[0]
+    corrupt(store_url, ids[1], column, value)
+    newest = page.get("/tasks")
+    assert newest.status_code == 200 and listed(newest.text) == [recurring, *ids[::-1]]  # exact, newest first
+    assert f'<tr data-task-id="{ids[1]}" class="undecodable">' in newest.text
+    assert "A stored row cannot be decoded" not in newest.text  # no degraded order: it is exact
+    assert f'data-task-id="{ids[1]}" class="undecodable"' in page.get("/").text
+    for path in ("/tasks?kind=ONE_TIME", "/tasks?sort=name", "/tasks?sort=status&kind=ONE_TIME", "/tasks?name=web.ok"):
+        shown = page.get(path)
+        assert shown.status_code == 200, path
+        assert f'<tr data-task-id="{ids[1]}" class="undecodable">' in shown.text, path
+        assert "A stored row cannot be decoded" in shown.text or "kind" not in path, path
+    assert listed(page.get("/tasks?kind=RECURRING").text) == [recurring]  # the store's filter never read that row
