@@ -180,12 +180,14 @@ def test_paused_running_and_ended_tasks_show_no_past_time_as_their_next_run(page
     done = web_app.schedule("web.ok", delay=3600)
     web_app.cancel(done.id)
     pending = web_app.schedule("web.ok", delay=3600)
+    ahead = web_app.pause(web_app.schedule("web.ok", delay=7200).id)  # paused before its slot came
     since = f"running since {run.started_at:%Y-%m-%d %H:%M:%S} UTC"
     for path in ("/tasks", "/"):
         shown = page.get(path).text
         assert next_cell(shown, paused.id) == f"paused (was due {due:%Y-%m-%d %H:%M:%S} UTC)"
         assert next_cell(shown, running.id) == since
         assert next_cell(shown, done.id) == "—"
+        assert next_cell(shown, ahead.id) == f"paused (next slot {ahead.next_run_at:%Y-%m-%d %H:%M:%S} UTC)"
         assert next_cell(shown, pending.id) == f"{web_app.get(pending.id).next_run_at:%Y-%m-%d %H:%M:%S} UTC"
     assert re.search(r'id="task-next">paused', page.get(f"/tasks/{paused.id}").text)
     assert re.search(rf'id="task-next">{since}', page.get(f"/tasks/{running.id}").text)

@@ -1,7 +1,7 @@
 """What the "next run" column says of a task: a time only when there is one to wait
 for. A PAUSED task's ``next_run_at`` is the slot it was due at before it was paused and
 a RUNNING task's is the slot being run, both usually past: shown as a next run they
-would read as overdue. So a paused task says "paused" (and when it was due), a running
+would read as overdue. So a paused task says "paused" (and its slot), a running
 one "running since" its run started, an ended one "—".
 """
 
@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from tickwork.app import App
+from tickwork.clock import utcnow
 from tickwork.model import Execution, ExecutionStatus, Status, Task
 from tickwork.web.views import when
 
@@ -26,14 +27,16 @@ class NextRun:
     detail: str = ""
 
 
-def next_run(task: Task, running_since: datetime | None = None) -> NextRun:
+def next_run(task: Task, running_since: datetime | None = None, now: datetime | None = None) -> NextRun:
     """The next run of ``task`` as the dashboard shows it; ``running_since``: when its
-    current run started, if known."""
+    current run started, if known; ``now``: the page's time (a paused task's slot may
+    be past, "was due", or still ahead, paused before it came)."""
     status = task.status
     if status is Status.PENDING:
         return NextRun(when(task.next_run_at))
     if status is Status.PAUSED:
-        return NextRun("paused", f"was due {when(task.next_run_at)}")
+        past = task.next_run_at <= (now or utcnow())
+        return NextRun("paused", f"{'was due' if past else 'next slot'} {when(task.next_run_at)}")
     if status is Status.RUNNING:
         cancelling = "cancelling" if task.cancel_requested else ""
         if running_since is None:
