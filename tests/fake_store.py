@@ -51,6 +51,7 @@ from tickwork.model import (
     Skipping,
     Stats,
     Status,
+    StuckRun,
     Task,
     TaskHeader,
 )
@@ -884,11 +885,20 @@ class FakeStore:
             # The heartbeat is the store's clock, whatever the row says.
             self._nodes[node.id] = dataclasses.replace(node, started_at=_utc(node.started_at), heartbeat_at=self._now())
 
-    def node_heartbeat(self, node_id: str, running: int) -> None:
+    def node_heartbeat(self, node_id: str, running: int, stuck: Sequence[StuckRun] = ()) -> None:
         with self._lock:
             node = self._nodes.get(node_id)
             if node is not None:
-                self._nodes[node_id] = dataclasses.replace(node, heartbeat_at=self._now(), running=running)
+                kept = tuple(dataclasses.replace(r, since=_utc(r.since)) for r in stuck[:100])
+                self._nodes[node_id] = dataclasses.replace(node, heartbeat_at=self._now(), running=running, stuck=kept)
+
+    def note_execution(self, execution_id: int, text: str) -> None:
+        with self._lock:
+            run = self._executions.get(execution_id)
+            if run is not None:
+                text = clean_text(text)[:4000]
+                note = text if not run.note else f"{run.note}; {text}"
+                self._executions[execution_id] = dataclasses.replace(run, note=note)
 
     def remove_node(self, node_id: str) -> None:
         with self._lock:

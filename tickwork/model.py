@@ -235,6 +235,20 @@ class Stats:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StuckRun:
+    """A run whose thread its node could not stop (Python cannot kill a thread): its
+    outcome is recorded, but it keeps one of the node's slots until it returns."""
+
+    task_id: int
+    execution_id: int
+    task_name: str
+    reason: str
+    """What it was asked to stop for: cancel, timeout, max_runtime, replaced, lost..."""
+    since: datetime
+    """When it was asked to stop."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Node:
     id: str
     host: str
@@ -243,6 +257,8 @@ class Node:
     heartbeat_at: datetime
     capacity: int
     running: int
+    """Busy slots, stuck ones included."""
+    stuck: tuple[StuckRun, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)
@@ -261,6 +277,8 @@ def _to_dict(obj: Any) -> dict[str, Any]:
             value = value.isoformat()
         elif isinstance(value, ErrorInfo):
             value = dataclasses.asdict(value)
+        elif isinstance(value, tuple) and all(isinstance(v, StuckRun) for v in value):
+            value = [_to_dict(v) for v in value]
         out[field.name] = value
     return out
 

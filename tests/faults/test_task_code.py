@@ -98,7 +98,8 @@ def test_task_code_calling_os_exit_in_a_thread_kills_only_its_node(
     notes = [e.note or "" for e in runs]
     case.check(
         [e.status for e in runs] == [ExecutionStatus.FAILED] * 2
-        and "run again (lost run 1 of at most 1" in notes[0] and "counted as a failure" in notes[1],
+        and "run again (lost run 1 of at most 1" in notes[0]
+        and "counted as a failure" in notes[1],
         f"the dead nodes' runs: {runs}",
     )
     case.verify(alive=[survivor], drain_timeout=20.0)

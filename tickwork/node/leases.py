@@ -27,6 +27,7 @@ from tickwork.node.run import CancelReason, Run
 from tickwork.node.settings import NodeSettings
 from tickwork.node.slots import RunTable
 from tickwork.node.stats import NodeStats
+from tickwork.node.stuck import StuckWatch
 from tickwork.store.base import Store
 
 log = logging.getLogger("tickwork.worker")
@@ -58,6 +59,8 @@ class Leases:
         self.renewer = Renewer(self.heartbeat)
         self._kept_locks: set[int] = set()  # unconfirmed runs whose Redis lock was extended
         self._stuck_since: float | None = None
+        self.stuck: StuckWatch | None = None
+        """Runs asked to stop whose thread goes on (set by the node that has a runner)."""
 
     # -- the monitor thread -------------------------------------------------------------
 
@@ -70,7 +73,8 @@ class Leases:
                 next_beat = self.clock() + self.settings.heartbeat
             now = self.clock()
             wait = next_beat - now
-            for deadline in (self.enforce_timeouts(now), self.cancel_unrenewed(now)):
+            stuck = None if self.stuck is None else self.stuck.judge
+            for deadline in (self.enforce_timeouts(now), self.cancel_unrenewed(now), stuck and stuck(now)):
                 if deadline is not None:
                     wait = min(wait, deadline - now)
             self.wake.wait(max(0.0, wait))
@@ -121,12 +125,22 @@ class Leases:
             renewed = {(r.task_id, r.fence) for r in renewals}
             self.extend_locks([r for r in runs if (r.task_id, r.claim.fence) in renewed], [])
         try:
-            self.store.node_heartbeat(self.node_id, len(runs))
+            self._node_heartbeat(len(runs))
         except Exception:
             log.warning("node heartbeat failed", exc_info=True)
             self.health.failed()
         else:
             self.health.answered()
+
+    def _node_heartbeat(self, running: int) -> None:
+        """The node row: busy slots (abandoned threads' included) and its stuck runs; and
+        the notes of stuck runs already recorded."""
+        if self.stuck is None:
+            self.store.node_heartbeat(self.node_id, running)
+            return
+        self.store.node_heartbeat(self.node_id, running + self.stuck.busy(), self.stuck.report())
+        for execution_id, text in self.stuck.take_notes():
+            self.store.note_execution(execution_id, text)
 
     def apply_renewals(self, runs: list[Run], renewals: list[Renewal], asked: float) -> None:
         """Confirmed runs hold their lease from ``asked``; a run the store did not renew

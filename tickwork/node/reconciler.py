@@ -198,7 +198,7 @@ def _recover(store: Store, claims: list[Claim], events: Events | None, stats: No
             recovered += 1
             stats.recovered(reason, 1)
             log.warning(
-                "task %s (%s): run %s by node %s, ended %s; %s",
+                "task %s (%s): run %s by node %s, execution %s; %s",
                 outcome.task_id, by_task[outcome.task_id].task.name, reason, owner, outcome.status,
                 what_next(by_task[outcome.task_id], outcome),
             )  # fmt: skip

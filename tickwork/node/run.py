@@ -34,7 +34,7 @@ from typing import Any
 
 from tickwork.context import CancelFlag
 from tickwork.model import Claim
-from tickwork.registry import TaskDef
+from tickwork.registry import Isolation, TaskDef
 
 
 class CancelReason(enum.StrEnum):
@@ -92,6 +92,18 @@ class Run:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_task: asyncio.Task[Any] | None = None
         self._on_cancel: Callable[[], None] | None = None
+        self.cancel_seen_at: float | None = None
+        """Monotonic: when the monitor first saw this run asked to stop (stuck.py)."""
+        self.stuck_reported = False
+        self.abandoned = False
+        """Recorded while its thread still ran (a deadline or cancel it did not heed):
+        the thread keeps its slot until it returns, and its own result is dropped."""
+
+    @property
+    def killable(self) -> bool:
+        """Its code can be stopped from outside: a process run is killed; a thread (or an
+        event loop's task stuck in blocking code) stops only when its code lets it."""
+        return self.definition.options.isolation is Isolation.PROCESS
 
     @property
     def task_id(self) -> int:

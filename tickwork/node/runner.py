@@ -8,10 +8,12 @@ more.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 from tickwork.clock import utcnow
 from tickwork.context import Context
@@ -25,6 +27,7 @@ from tickwork.node.run import CancelReason, Run, RunState
 from tickwork.node.run_log import log_ended
 from tickwork.node.slots import Prefetch, RunTable
 from tickwork.node.stats import NodeStats
+from tickwork.node.stuck import StuckWatch
 from tickwork.schedules import decide, schedule_of, skipped_outcome
 from tickwork.store.base import Store
 
@@ -49,6 +52,7 @@ class Runner:
         on_forget: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         unowned_after: float | None = None,
+        stuck: StuckWatch | None = None,
     ) -> None:
         self.store, self.node_id, self.runs = store, node_id, runs
         self.executor, self.recorder, self.prefetch = executor, recorder, prefetch
@@ -56,6 +60,7 @@ class Runner:
         self.monitor_wake = monitor_wake if monitor_wake is not None else threading.Event()
         self.on_forget = on_forget
         self.clock = clock
+        self.stuck = stuck
         self.unowned_after = unowned_after
         """Seconds after its last confirmed renewal from which a run is not started: the
         monitor stops running runs at that age (leases.LEASE_SAFETY), and a run that
@@ -74,6 +79,38 @@ class Runner:
             result = RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
         if result is not None and run.state is RunState.RUNNING:
             self.record(run, result)
+        # After the record: a hand-over by the monitor either lost to it or is seen here
+        # (it marks the run seen before it holds the slot, and holds it before it moves).
+        if run.cancel_seen_at is not None and self.stuck is not None:
+            self._returned(run, self.stuck)
+
+    def _returned(self, run: Run, stuck: StuckWatch) -> None:
+        """The thread of a run asked to stop returned: an abandoned run's slot is free."""
+        since = stuck.since(run)
+        if not stuck.release(run):
+            return
+        after = "" if since is None else f" {(self.store.approximate_now() - since).total_seconds():.1f} s"
+        log.warning(
+            "task %s (%s) execution %s: its thread returned%s after it was asked to stop (%s); "
+            "what it returned is dropped: the run was recorded when it did not stop",
+            run.task_id, run.claim.task.name, run.execution_id, after, run.cancel_reason,
+        )  # fmt: skip
+        self.on_forget()  # its slot is free: the poll loop may claim into it
+
+    def abandon(self, run: Run, why: str | None) -> None:
+        """On the monitor's thread: record now a run whose thread goes on (stuck.py). The
+        thread keeps its slot until it returns; a thread that returned first wins."""
+        assert self.stuck is not None
+        self.stuck.hold(run)  # before the hand-over: the thread may return at any moment
+        run.abandoned = True
+        if not run.advance_from(RunState.RUNNING, RunState.RECORDING):
+            run.abandoned = False
+            self.stuck.release(run)
+            return
+        result = cancelled_result(run)
+        if why is not None:
+            result = dataclasses.replace(result, note=f"{result.note}; {why}" if result.note else why)
+        self.recorder.submit(run, outcome_for(run, result, self._now()))
 
     def _run(self, run: Run) -> RunResult | None:
         """Decide and run; the result to record, or None when the run was already
@@ -158,14 +195,17 @@ class Runner:
 
     def record(self, run: Run, result: RunResult) -> None:
         """Hand the outcome to the recorder; the run keeps its slot and lease until written."""
+        outcome = outcome_for(run, result, self._now())
+        if not run.advance_from(RunState.RUNNING, RunState.RECORDING):
+            return  # recorded meanwhile by the monitor: it did not stop in time (abandon)
+        self.recorder.submit(run, outcome)
+
+    def _now(self) -> datetime:
         try:
-            now = self.store.approximate_now()
+            return self.store.approximate_now()
         except Exception:
             log.warning("store clock unavailable; recording with the local clock", exc_info=True)
-            now = utcnow()
-        outcome = outcome_for(run, result, now)
-        run.advance(RunState.RECORDING)
-        self.recorder.submit(run, outcome)
+            return utcnow()
 
     def drop(self, run: Run) -> None:
         """Forget a run with nothing to write (it belongs to another node now)."""

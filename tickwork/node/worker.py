@@ -48,6 +48,7 @@ from tickwork.node.runner import Runner
 from tickwork.node.settings import NodeSettings
 from tickwork.node.slots import Prefetch, RunTable, RunThreads
 from tickwork.node.stats import NO_STATS, NodeStats
+from tickwork.node.stuck import StuckWatch
 from tickwork.registry import Isolation, Registry
 from tickwork.store.base import Store
 
@@ -114,13 +115,20 @@ class Worker:
             store, self.node_id, self.names, settings, self.health,
             locks=locks, known=self.runs.execution_ids, clock=clock,
         )  # fmt: skip
+        self.stuck = self.leases.stuck = StuckWatch(
+            self.node_id,
+            settings.heartbeat,
+            self.runs,
+            lambda run, why: self.runner.abandon(run, why),
+            store.approximate_now,
+        )
         self.executor = Executor(settings.max_payload)
         self.recorder: Recorder[Run] = Recorder(store, self.node_id, lambda done: self.runner.written(done), stats)
         self.runner = Runner(
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
             monitor_wake=self.leases.wake, on_forget=self.wakeup.set, clock=clock,
-            unowned_after=settings.lease * LEASE_SAFETY,
+            unowned_after=settings.lease * LEASE_SAFETY, stuck=self.stuck,
         )  # fmt: skip
         self.reconciler = ReconcilerLoop(
             store, settings, self.health, own=self.runs.task_ids, live=locks.live if locks is not None else None,
@@ -177,8 +185,9 @@ class Worker:
 
     @property
     def running(self) -> int:
-        """Runs this node holds: running, waiting for a slot, or being written."""
-        return len(self.runs)
+        """Runs this node holds (running, waiting for a slot, or being written) and the
+        threads of recorded runs that did not stop when asked (each keeps its slot)."""
+        return len(self.runs) + self.stuck.busy()
 
     def _start(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

@@ -32,6 +32,7 @@ from tickwork.model import (
     Skipping,
     Stats,
     Status,
+    StuckRun,
     Task,
     TaskHeader,
 )
@@ -247,7 +248,13 @@ class Store(Protocol):
 
     def register_node(self, node: Node) -> None: ...
 
-    def node_heartbeat(self, node_id: str, running: int) -> None: ...
+    def node_heartbeat(self, node_id: str, running: int, stuck: Sequence[StuckRun] = ()) -> None:
+        """Mark the node alive with ``running`` busy slots, ``stuck`` among them."""
+        ...
+
+    def note_execution(self, execution_id: int, text: str) -> None:
+        """Add ``text`` to an execution's note (what its node learnt after recording it)."""
+        ...
 
     def remove_node(self, node_id: str) -> None: ...
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from tickwork.codec import clean_text, json_problem
-from tickwork.model import NewTask, Outcome, Skipping
+from tickwork.model import NewTask, Outcome, Skipping, StuckRun
 from tickwork.store.dialect import Dialect
 
 
@@ -102,3 +104,15 @@ def skipping(d: Dialect, task_id: int, skip: Skipping, now: Any) -> dict[str, An
         "skipped_first": d.encode_time(skip.first),
         "skipped_last": d.encode_time(skip.last),
     }
+
+
+def stuck_runs(stuck: Sequence[StuckRun]) -> str | None:
+    """A node's stuck runs as the JSON text of its row (None: none)."""
+    if not stuck:
+        return None
+    rows = [
+        {"task_id": r.task_id, "execution_id": r.execution_id, "task_name": clean_text(r.task_name)[:300],
+         "reason": r.reason, "since": r.since.isoformat()}
+        for r in stuck[:100]
+    ]  # fmt: skip
+    return json.dumps(rows)

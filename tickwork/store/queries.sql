@@ -265,7 +265,13 @@ ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, started
     heartbeat_at = excluded.heartbeat_at, capacity = excluded.capacity, running = excluded.running;
 
 -- name: node_heartbeat
-UPDATE tickwork_nodes SET heartbeat_at = :now, running = :running WHERE id = :id;
+UPDATE tickwork_nodes SET heartbeat_at = :now, running = :running, stuck = :stuck WHERE id = :id;
+
+-- name: note_execution
+-- What a node learnt of a run after recording it (its thread did not stop).
+UPDATE tickwork_executions
+SET note = CASE WHEN note IS NULL OR note = '' THEN :text ELSE note || '; ' || :text END
+WHERE id = :id;
 
 -- name: delete_node
 DELETE FROM tickwork_nodes WHERE id = :id;

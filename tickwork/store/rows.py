@@ -24,6 +24,7 @@ from tickwork.model import (
     OnLost,
     Overlap,
     Status,
+    StuckRun,
     Task,
     TaskHeader,
 )
@@ -111,7 +112,18 @@ class Decoder:
             heartbeat_at=self.time(r["heartbeat_at"]),
             capacity=int(r["capacity"]),
             running=int(r["running"]),
+            stuck=self._stuck(r["stuck"]),
         )
+
+    def _stuck(self, text: str | None) -> tuple[StuckRun, ...]:
+        if not text:
+            return ()
+        runs = json.loads(text)
+        return tuple(
+            StuckRun(int(s["task_id"]), int(s["execution_id"]), str(s["task_name"]), str(s["reason"]),
+                     datetime.fromisoformat(s["since"]))
+            for s in runs
+        )  # fmt: skip
 
     def _claimed_run(self, r: Row) -> None:
         int(r["execution_id"])

@@ -16,8 +16,20 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from tickwork.changes import Edit, SyncWrites
+from tickwork.codec import clean_text
 from tickwork.errors import InvalidInput, QueueFull
-from tickwork.model import Execution, ExecutionStatus, Kind, Node, PruneCounts, Stats, Status, Task, TaskHeader
+from tickwork.model import (
+    Execution,
+    ExecutionStatus,
+    Kind,
+    Node,
+    PruneCounts,
+    Stats,
+    Status,
+    StuckRun,
+    Task,
+    TaskHeader,
+)  # fmt: skip
 from tickwork.store import edits, encoding, insights, retention
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 from tickwork.store.dialect import Dialect, Row, Session, iter_statements, notify
@@ -266,10 +278,15 @@ class SQLStore:
                 },
             )
 
-    def node_heartbeat(self, node_id: str, running: int) -> None:
+    def node_heartbeat(self, node_id: str, running: int, stuck: Sequence[StuckRun] = ()) -> None:
         d = self.dialect
+        params = {"id": node_id, "running": running, "stuck": encoding.stuck_runs(stuck)}
         with d.transaction() as s:
-            s.execute("node_heartbeat", {"id": node_id, "running": running, "now": d.encode_time(d.approximate_now())})
+            s.execute("node_heartbeat", {**params, "now": d.encode_time(d.approximate_now())})
+
+    def note_execution(self, execution_id: int, text: str) -> None:
+        with self.dialect.transaction() as s:
+            s.execute("note_execution", {"id": execution_id, "text": clean_text(text)[:4000]})
 
     def remove_node(self, node_id: str) -> None:
         with self.dialect.transaction() as s:

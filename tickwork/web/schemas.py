@@ -242,6 +242,16 @@ class ExecutionOut(BaseModel):
     skipped_last: datetime | None
 
 
+class StuckRunOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    task_id: int
+    execution_id: int
+    task_name: str
+    reason: str
+    since: datetime
+
+
 class NodeOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -251,7 +261,11 @@ class NodeOut(BaseModel):
     started_at: datetime
     heartbeat_at: datetime
     capacity: int
-    running: int
+    running: int = Field(description="Busy slots, stuck threads included.")
+    stuck: list[StuckRunOut] = Field(
+        description="Runs that did not stop when asked (cancel, timeout): recorded, but each keeps a slot until "
+        "its thread returns."
+    )
 
 
 class StatsOut(BaseModel):

@@ -4,3 +4,8 @@
 -- again, 0 for any run that ended on its node and for a new slot.
 ALTER TABLE tickwork_tasks ADD COLUMN max_lost INTEGER NOT NULL DEFAULT 3;
 ALTER TABLE tickwork_tasks ADD COLUMN lost_runs INTEGER NOT NULL DEFAULT 0;
+
+-- The runs whose thread a node could not stop (a cancel or timeout it ignored), as a
+-- JSON list written with the node's heartbeat: each keeps one of its slots busy until
+-- it returns, which the dashboard shows beside the node's running tasks.
+ALTER TABLE tickwork_nodes ADD COLUMN stuck TEXT;

@@ -1,0 +1,216 @@
+"""Thread tasks that do not stop when asked (issue 16): a node in a thread of the test
+process, on each store, with a task that ignores ``ctx.cancelled`` until the test lets
+it go. A timeout is recorded TIMED_OUT at its deadline; a run still going two
+heartbeats after a cancel or timeout is reported in the log, its note and the node's
+row; its thread keeps its slot (the node claims nothing into it) until it returns."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from markupsafe import escape
+
+from tests.conftest import wait_for
+from tests.http_support import AUTH, EVIL_NAME, TOKEN, client_of
+from tickwork import App, Context, ExecutionStatus, Status
+from tickwork.model import Kind, Node, StuckRun
+from tickwork.node.stuck import STUCK_HEARTBEATS
+from tickwork.store import NewTask, Store
+from tickwork.web.auth import LOGIN_COOKIE
+
+HEARTBEAT = 0.2
+ADVICE = 'use isolation="process"'
+
+
+class ThreadNode:
+    def __init__(self, app: App, concurrency: int = 1) -> None:
+        self.worker = app.worker(concurrency=concurrency)
+        self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False})
+        self.thread.start()
+        assert self.worker.started.wait(10)
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+class Stubborn:
+    """A task body that ignores cancellation until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.returned = threading.Event()
+
+    def __call__(self, ctx: Context) -> str:
+        self.started.set()
+        self.release.wait(60)  # blocked in a call that never looks at ctx.cancelled
+        self.returned.set()
+        return "late"
+
+
+@pytest.fixture
+def stubborn() -> Stubborn:
+    return Stubborn()
+
+
+@pytest.fixture
+def app(store_url: str, stubborn: Stubborn) -> Iterator[App]:
+    app = App(store_url, lease=2.0, heartbeat=HEARTBEAT, poll_interval=0.05, shutdown_grace=5.0)
+    app.task(name="t.stubborn")(stubborn)
+
+    @app.task(name="t.quick")
+    def quick(ctx: Context) -> str:
+        return "quick"
+
+    @app.task(name="t.cooperative")
+    def cooperative(ctx: Context) -> None:
+        while not ctx.cancelled:
+            time.sleep(0.01)  # the task's own work loop
+
+    yield app
+    stubborn.release.set()
+    app.close()
+
+
+def stuck_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The stuck-run reports (the run's own ended line quotes its note too)."""
+    return [r.getMessage() for r in caplog.records if r.module == "stuck" and "did not stop within" in r.getMessage()]
+
+
+def test_a_timeout_is_recorded_at_its_deadline_and_the_stuck_thread_keeps_its_slot(
+    app: App, stubborn: Stubborn, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tickwork")
+    node = ThreadNode(app, concurrency=1)
+    try:
+        task = app.schedule("t.stubborn", timeout=0.3)
+        assert stubborn.started.wait(10)
+        # TIMED_OUT at the deadline, while the thread is still blocked.
+        wait_for(lambda: app.get(task.id).status is Status.FAILED, timeout=10)
+        assert not stubborn.returned.is_set()
+        [run] = app.executions(task.id)
+        assert run.status is ExecutionStatus.TIMED_OUT
+        assert run.started_at is not None and run.finished_at is not None
+        took = (run.finished_at - run.started_at).total_seconds()
+        assert 0.3 <= took < 0.3 + 2 * HEARTBEAT + 0.5, took  # the monitor's next look, not the thread's return
+        # Its slot is still busy: with one slot, the next task waits.
+        other = app.schedule("t.quick")
+        assert node.worker.running == 1
+        # Two heartbeats on: reported in the log, the run's note and the node's row.
+        wait_for(lambda: stuck_warnings(caplog), timeout=10)
+        [warning] = stuck_warnings(caplog)
+        assert f"execution {run.id}" in warning and ADVICE in warning and "timeout" in warning
+        wait_for(lambda: ADVICE in (app.executions(task.id)[0].note or ""), timeout=10)
+        wait_for(lambda: [s.execution_id for n in app.nodes() for s in n.stuck] == [run.id], timeout=10)
+        [row] = app.nodes()
+        assert row.running == 1 and row.stuck[0].task_name == "t.stubborn" and row.stuck[0].reason == "timeout"
+        assert app.get(other.id).status is Status.PENDING  # never claimed into the stuck slot
+        stubborn.release.set()
+        # The thread returns: its result is dropped, the slot is free, the other task runs.
+        wait_for(lambda: app.get(other.id).status is Status.COMPLETED, timeout=10)
+        assert [e.status for e in app.executions(task.id)] == [ExecutionStatus.TIMED_OUT]
+        assert app.executions(task.id)[0].result is None
+        wait_for(lambda: all(not n.stuck for n in app.nodes()), timeout=10)
+        assert any("its thread returned" in r.getMessage() for r in caplog.records)
+    finally:
+        stubborn.release.set()
+        node.stop()
+
+
+def test_a_cancel_the_thread_ignores_is_recorded_after_two_heartbeats_with_the_advice(
+    app: App, stubborn: Stubborn, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tickwork")
+    node = ThreadNode(app, concurrency=2)
+    try:
+        task = app.schedule("t.stubborn")
+        assert stubborn.started.wait(10)
+        asked = time.monotonic()
+        app.cancel(task.id)
+        wait_for(lambda: app.get(task.id).status is Status.CANCELLED, timeout=10)
+        waited = time.monotonic() - asked
+        assert waited >= STUCK_HEARTBEATS * HEARTBEAT - 0.05  # it was given its two heartbeats
+        [run] = app.executions(task.id)
+        assert run.status is ExecutionStatus.CANCELLED
+        assert run.note is not None and "cancelled on request" in run.note and ADVICE in run.note
+        assert not stubborn.returned.is_set()
+        assert len(stuck_warnings(caplog)) == 1
+        assert node.worker.running == 1  # one slot busy with the stuck thread, one free
+        quick = app.schedule("t.quick")
+        wait_for(lambda: app.get(quick.id).status is Status.COMPLETED, timeout=10)
+    finally:
+        stubborn.release.set()
+        node.stop()
+    assert app.get(task.id).status is Status.CANCELLED  # what the thread returned changed nothing
+
+
+def test_a_thread_that_stops_when_asked_is_never_reported(app: App, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="tickwork")
+    node = ThreadNode(app, concurrency=1)
+    try:
+        task = app.schedule("t.cooperative", timeout=0.2)
+        wait_for(lambda: app.get(task.id).status is Status.FAILED, timeout=10)
+        assert [e.status for e in app.executions(task.id)] == [ExecutionStatus.TIMED_OUT]
+        quick = app.schedule("t.quick")
+        wait_for(lambda: app.get(quick.id).status is Status.COMPLETED, timeout=10)
+        # The run is gone from the node, held by no stuck thread: nothing is left to report.
+        wait_for(lambda: not node.worker.runs.runs() and node.worker.stuck.busy() == 0, timeout=10)
+        assert stuck_warnings(caplog) == []
+        assert all(not n.stuck for n in app.nodes())
+        assert "thread" not in (app.executions(task.id)[0].note or "")
+    finally:
+        node.stop()
+
+
+# -- where an operator sees them: the node's row, the API and the nodes page -------------
+
+
+def test_the_node_row_carries_its_stuck_runs_and_an_execution_takes_a_later_note(store: Store) -> None:
+    now = store.now()
+    store.register_node(Node("node-a", "host", 1, now, now, 4, 0))
+    stuck = StuckRun(7, 70, EVIL_NAME, "timeout", now)
+    store.node_heartbeat("node-a", 2, [stuck])
+    [row] = store.list_nodes()
+    assert (row.running, row.stuck) == (2, (stuck,))
+    assert row.to_dict()["stuck"][0]["task_name"] == EVIL_NAME
+    store.node_heartbeat("node-a", 1)
+    assert store.list_nodes()[0].stuck == ()
+    [task] = store.insert_tasks([NewTask(name="t", args=[], kwargs={}, kind=Kind.ONE_TIME,
+                                         scheduled_at=now, next_run_at=now)])  # fmt: skip
+    [claim] = store.claim("node-a", ["t"], 1, 30.0)
+    store.note_execution(claim.execution_id, "first \udcff")  # a lone surrogate is cleaned, not refused
+    store.note_execution(claim.execution_id, "second")
+    [run] = store.list_executions(task_id=task.id)
+    assert run.note is not None and run.note.endswith("; second") and run.note.startswith("first ")
+
+
+def test_the_api_and_the_nodes_page_show_stuck_threads(web_app: App) -> None:
+    store = web_app.store
+    now = store.now()
+    store.register_node(Node("node-a", "host", 1, now, now, 4, 0))
+    store.node_heartbeat("node-a", 1, [StuckRun(7, 70, EVIL_NAME, "cancel", now)])
+    with client_of(web_app, token=TOKEN) as client:
+        [node] = client.get("/api/v1/nodes", headers=AUTH).json()["items"]
+        assert node["stuck"] == [
+            {
+                "task_id": 7,
+                "execution_id": 70,
+                "task_name": EVIL_NAME,
+                "reason": "cancel",
+                "since": node["stuck"][0]["since"],
+            }
+        ]
+        client.get("/login")
+        nonce = client.cookies.get(LOGIN_COOKIE)
+        client.post("/login", data={"token": TOKEN, "csrf": nonce, "next": "/"}, follow_redirects=False)
+        page = client.get("/nodes").text
+    row = page.split('<tr data-node="node-a">', 1)[1].split("</tr>", 1)[0]
+    assert 'data-stuck="70"' in row and "stuck thread" in row and "(cancel)" in row
+    assert str(escape(EVIL_NAME)) in row and EVIL_NAME not in page  # markup shown as text
+    assert 'isolation="process"' in page
