@@ -52,7 +52,7 @@ class Runner:
         on_forget: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         unowned_after: float | None = None,
-        stuck: StuckWatch | None = None,
+        heartbeat: float = 10.0,
     ) -> None:
         self.store, self.node_id, self.runs = store, node_id, runs
         self.executor, self.recorder, self.prefetch = executor, recorder, prefetch
@@ -60,7 +60,8 @@ class Runner:
         self.monitor_wake = monitor_wake if monitor_wake is not None else threading.Event()
         self.on_forget = on_forget
         self.clock = clock
-        self.stuck = stuck
+        self.stuck = StuckWatch(node_id, heartbeat, runs, self.abandon, store.approximate_now)
+        """Runs asked to stop whose thread goes on; ``heartbeat`` paces their reports."""
         self.unowned_after = unowned_after
         """Seconds after its last confirmed renewal from which a run is not started: the
         monitor stops running runs at that age (leases.LEASE_SAFETY), and a run that
@@ -81,7 +82,7 @@ class Runner:
             self.record(run, result)
         # After the record: a hand-over by the monitor either lost to it or is seen here
         # (it marks the run seen before it holds the slot, and holds it before it moves).
-        if run.cancel_seen_at is not None and self.stuck is not None:
+        if run.cancel_seen_at is not None:
             self._returned(run, self.stuck)
 
     def _returned(self, run: Run, stuck: StuckWatch) -> None:
@@ -100,7 +101,6 @@ class Runner:
     def abandon(self, run: Run, why: str | None) -> None:
         """On the monitor's thread: record now a run whose thread goes on (stuck.py). The
         thread keeps its slot until it returns; a thread that returned first wins."""
-        assert self.stuck is not None
         self.stuck.hold(run)  # before the hand-over: the thread may return at any moment
         run.abandoned = True
         if not run.advance_from(RunState.RUNNING, RunState.RECORDING):

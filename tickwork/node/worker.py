@@ -48,7 +48,6 @@ from tickwork.node.runner import Runner
 from tickwork.node.settings import NodeSettings
 from tickwork.node.slots import Prefetch, RunTable, RunThreads
 from tickwork.node.stats import NO_STATS, NodeStats
-from tickwork.node.stuck import StuckWatch
 from tickwork.registry import Isolation, Registry
 from tickwork.store.base import Store
 
@@ -67,6 +66,13 @@ POST_OUTAGE_MARGIN_S = 5.0
 SHOWN_NAMES = 50
 # How often an autoscaling node looks at the queue.
 AUTOSCALE_EVERY_S = 1.0
+
+
+def _check_sizes(concurrency: int, prefetch: int | None) -> None:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise InvalidInput("concurrency", concurrency, "must be an integer of at least 1")
+    if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0):
+        raise InvalidInput("prefetch", prefetch, "must be an integer >= 0, or None (adaptive)")
 
 
 class Worker:
@@ -91,10 +97,7 @@ class Worker:
         stats: NodeStats = NO_STATS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidInput("concurrency", concurrency, "must be an integer of at least 1")
-        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0):
-            raise InvalidInput("prefetch", prefetch, "must be an integer >= 0, or None (adaptive)")
+        _check_sizes(concurrency, prefetch)
         self.autoscaler = autoscaler
         self.concurrency = autoscaler.minimum if autoscaler is not None else concurrency
         self.store, self.registry, self.settings, self.locks = store, registry, settings, locks
@@ -115,33 +118,25 @@ class Worker:
             store, self.node_id, self.names, settings, self.health,
             locks=locks, known=self.runs.execution_ids, clock=clock,
         )  # fmt: skip
-        self.stuck = self.leases.stuck = StuckWatch(
-            self.node_id,
-            settings.heartbeat,
-            self.runs,
-            lambda run, why: self.runner.abandon(run, why),
-            store.approximate_now,
-        )
         self.executor = Executor(settings.max_payload)
         self.recorder: Recorder[Run] = Recorder(store, self.node_id, lambda done: self.runner.written(done), stats)
         self.runner = Runner(
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
             monitor_wake=self.leases.wake, on_forget=self.wakeup.set, clock=clock,
-            unowned_after=settings.lease * LEASE_SAFETY, stuck=self.stuck,
+            unowned_after=settings.lease * LEASE_SAFETY, heartbeat=settings.heartbeat,
         )  # fmt: skip
+        self.stuck = self.leases.stuck = self.runner.stuck
         self.reconciler = ReconcilerLoop(
             store, settings, self.health, own=self.runs.task_ids, live=locks.live if locks is not None else None,
             events=self.events, stats=stats, on_recovered=self.wakeup.set, pruner=Pruner(store, settings, stats, clock),
         )  # fmt: skip
         prepare([d.func for d in registry if d.options.isolation is Isolation.PROCESS])
         self.slots = RunThreads(0, self.runner.execute)  # started by run(): a built node holds no thread
-        self._stopping = threading.Event()
-        self._monitor_stop = threading.Event()
+        self._stopping, self._monitor_stop = threading.Event(), threading.Event()
         self._threads: list[threading.Thread] = []
         self._failed: tuple[str, BaseException] | None = None
-        self.started = threading.Event()
-        self.stopped = threading.Event()
+        self.started, self.stopped = threading.Event(), threading.Event()
 
     # -- public ---------------------------------------------------------------------
 
