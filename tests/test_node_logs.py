@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -165,6 +166,25 @@ def test_a_new_sqlite_database_is_told_with_its_absolute_path(tmp_path: Path, no
     assert "no database at" not in again.stderr()
 
 
+def test_run_worker_from_python_tells_a_new_sqlite_database_too(tmp_path: Path) -> None:
+    script = (
+        "import logging\n"
+        "from tickwork import App\n"
+        "logging.basicConfig(format='%(levelname)s %(name)s: %(message)s')\n"
+        "app = App('sqlite:///made.db')\n"
+        "app.task(name='t.noop', context=False)(print)\n"
+        "app.run_worker(concurrency=1)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # the warning comes before the node's own lines
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert f"WARNING tickwork.worker: no database at {tmp_path / 'made.db'}: created a new, empty one" in first
+
+
 def test_an_app_without_tasks_refuses_to_start(sqlite_url: str) -> None:
     command = [sys.executable, "-m", "tickwork.cli", "worker", "tests.test_node_logs:empty_app"]
     env = {**os.environ, "TICKWORK_DB": sqlite_url}
@@ -194,8 +214,14 @@ def test_serve_takes_the_same_log_options(sqlite_url: str, tmp_path: Path) -> No
         assert isinstance(record, dict) and record["status"] == "COMPLETED" and record["level"] == "INFO"
         records = [json.loads(line) for line in served.output().splitlines() if line.startswith("{")]
         assert any(" started: database sqlite:///" in r["message"] for r in records), served.output()
+        urllib.request.urlopen(f"{served.url}/healthz", timeout=10).read()  # an access-log line
+        wait_for(lambda: any("/healthz" in line for line in served.output().splitlines()))
     finally:
         served.stop()
+    # Every line is one JSON object, uvicorn's own (start-up, access log, shutdown) included.
+    lines = [line for line in served.output().splitlines() if line.strip()]
+    assert all(line.startswith("{") and json.loads(line)["message"] for line in lines), served.output()
+    assert any(json.loads(line)["logger"] == "uvicorn.access" for line in lines), served.output()
 
 
 def client_of_url(url: str) -> App:

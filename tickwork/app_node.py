@@ -15,6 +15,7 @@ from tickwork.locks import RedisLocks
 from tickwork.model import PruneCounts
 from tickwork.node.redis_locks import NodeLocks, RedisMode
 from tickwork.node.settings import NodeSettings
+from tickwork.urls import new_sqlite_file
 
 if TYPE_CHECKING:
     from tickwork.app_settings import AppSettings
@@ -55,6 +56,21 @@ class NodeMixin(EditsMixin):
     lock_ttl: float | None
     retention: timedelta | None
     keep_last: int
+
+    @property
+    def url(self) -> str:  # provided by App
+        raise NotImplementedError
+
+    def open_store(self) -> None:
+        """Open (and migrate) the store now. A SQLite file this creates is told (WARNING,
+        with its absolute path): a mistyped path or working directory would otherwise
+        start an empty scheduler that waits for ever."""
+        new = new_sqlite_file(self.url)
+        self.store  # noqa: B018
+        if new is not None and new.exists():
+            log.warning(
+                "no database at %s: created a new, empty one (check the database URL, TICKWORK_DB or --db)", new
+            )
 
     def sync_at_start(self) -> None:
         """A node's start-up sync. A bad declaration stops the node (the code must be
@@ -145,6 +161,8 @@ class NodeMixin(EditsMixin):
             autoscaler = Autoscaler(
                 concurrency, max_concurrency, scale_up_age=scale_up_age, scale_down_after=scale_down_after
             )
+        if new_sqlite_file(self.url) is not None:
+            self.open_store()  # told now; another store opens when the node first needs it
         if sync:
             self.sync_at_start()
         self.worker(concurrency=concurrency, prefetch=prefetch, autoscaler=autoscaler).run(

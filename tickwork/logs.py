@@ -72,6 +72,15 @@ class JsonFormatter(logging.Formatter):
 
 
 _routine_from = logging.NOTSET
+_format = "text"
+
+
+def json_lines() -> bool:
+    """The process logs one JSON object per line (``configure(fmt="json")``): a server's
+    own loggers (uvicorn's) must then write through the same handlers."""
+    return _format == "json"
+
+
 """The level from which routine lines show, as configure() set it (NOTSET: not set up
 here, the loggers' own levels decide)."""
 
@@ -115,6 +124,8 @@ def configure(level: str | None = None, fmt: str = "text") -> None:
         logging.getLogger("tickwork").setLevel(logging.INFO)
     if not root.handlers:
         root.addHandler(logging.StreamHandler(sys.stderr))
+    global _format
+    _format = fmt
     formatter = JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
     for handler in root.handlers:
         handler.setFormatter(formatter)

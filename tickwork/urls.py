@@ -10,6 +10,7 @@ that a database file exists before it opens one) need the same reading of the UR
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from urllib.parse import unquote
 
 from tickwork.errors import StoreError
@@ -53,3 +54,12 @@ def path_from_url(url: str) -> str:
     if not path:
         raise StoreError(f"url={masked(url)!r}: missing database path")
     return path
+
+
+def new_sqlite_file(url: str) -> Path | None:
+    """The absolute path of the SQLite file ``url`` names when it does not exist yet
+    (opening it would create an empty database), else None (or not SQLite)."""
+    if not url.startswith("sqlite:"):
+        return None
+    path = Path(path_from_url(url)).resolve()
+    return None if path.exists() else path

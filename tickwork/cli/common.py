@@ -347,14 +347,6 @@ def refuse_without_tasks(app: App, spec: str) -> None:
         )
 
 
-def new_sqlite_file(app: App) -> Path | None:
-    """The absolute path of ``app``'s SQLite file when it does not exist yet, else None."""
-    if not app.url.startswith("sqlite:"):
-        return None
-    path = Path(path_from_url(app.url)).resolve()
-    return None if path.exists() else path
-
-
 def log_options(who: str) -> Callable[[F], F]:
     """``--log-level`` and ``--log-format`` of a long-running command (``who``: what its
     start, stop and outage lines are about, as the help says)."""

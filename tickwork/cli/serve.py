@@ -13,8 +13,9 @@ import os
 import click
 
 from tickwork import logs
-from tickwork.cli.common import DURATION, as_message, load_app, log_options, new_sqlite_file, refuse_without_tasks
+from tickwork.cli.common import DURATION, as_message, load_app, log_options, refuse_without_tasks
 from tickwork.errors import TickworkError
+from tickwork.urls import new_sqlite_file
 from tickwork.web.auth import check_session_ttl
 
 
@@ -73,7 +74,7 @@ def serve(
     app = load_app(app_spec)
     if with_worker:
         refuse_without_tasks(app, app_spec)
-    if (new := new_sqlite_file(app)) is not None:  # opened in the background, once listening
+    if (new := new_sqlite_file(app.url)) is not None:  # opened in the background, once listening
         logging.getLogger("tickwork.web").warning(
             "no database at %s: a new, empty one is created (check TICKWORK_DB or --db)", new
         )

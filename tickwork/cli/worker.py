@@ -16,7 +16,6 @@ from tickwork.cli.common import (
     errors_as_messages,
     load_app,
     log_options,
-    new_sqlite_file,
     refuse_without_tasks,
 )
 from tickwork.metrics import serve_metrics, watch_queue
@@ -77,7 +76,7 @@ def worker(
         refuse_without_tasks(app, app_spec)
         # Opened (and migrated) first: the start-up sync and the queue gauges read the
         # store at once, and a database that is away must be one line, not their warnings.
-        open_telling_new(app)
+        app.open_store()
     if metrics_port is not None:
         watch_queue(lambda: app.store)
         serve_metrics(metrics_port, metrics_host)
@@ -89,15 +88,6 @@ def worker(
         sync=sync,
     )
     _exit_past_leaked_threads()
-
-
-def open_telling_new(app: App) -> None:
-    """Open (and migrate) ``app``'s store; a SQLite file created by it is told (WARNING):
-    a mistyped path or working directory would otherwise start an empty scheduler."""
-    new = new_sqlite_file(app)
-    app.store  # noqa: B018
-    if new is not None and new.exists():
-        log.warning("no database at %s: created a new, empty one (check TICKWORK_DB or --db)", new)
 
 
 def _exit_past_leaked_threads() -> None:

@@ -12,6 +12,7 @@ import logging
 
 import uvicorn
 
+from tickwork import logs
 from tickwork.app import App
 from tickwork.errors import TickworkError
 from tickwork.redact import REDACTOR
@@ -79,7 +80,9 @@ def serve(
         allowed_hosts=hosts,
         session_ttl=session_ttl,
     )
-    config = uvicorn.Config(server, host=host, port=port, log_level="info", server_header=False)
+    # In JSON mode uvicorn's lines go through the root logger's JSON handlers, not its own.
+    log_config = None if logs.json_lines() else uvicorn.config.LOGGING_CONFIG
+    config = uvicorn.Config(server, host=host, port=port, log_level="info", server_header=False, log_config=log_config)
     # uvicorn set up its loggers just now: mask secrets in everything they write (the
     # access log's query strings included), as in every other log line.
     REDACTOR.add_url(app.url)
