@@ -91,7 +91,9 @@ class Runner:
         if not stuck.release(run):
             return
         after = "" if since is None else f" {(self.store.approximate_now() - since).total_seconds():.1f} s"
-        log.warning(
+        # Said as loudly as its report was: a timeout heeded a moment late is routine.
+        log.log(
+            logging.WARNING if run.stuck_reported else logging.INFO,
             "task %s (%s) execution %s: its thread returned%s after it was asked to stop (%s); "
             "what it returned is dropped: the run was recorded when it did not stop",
             run.task_id, run.claim.task.name, run.execution_id, after, run.cancel_reason,
