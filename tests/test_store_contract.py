@@ -1002,6 +1002,23 @@ def test_lost_lease_with_max_lost_0_fails_the_one_time_task(store: Store) -> Non
     assert get(store, task.id).status is Status.FAILED
 
 
+def test_a_run_past_max_runtime_is_ended_by_any_reconciler_while_its_lease_is_renewed(store: Store) -> None:
+    """A node that renews the lease but never records the run (its thread and monitor
+    stuck): past max_runtime and the grace, a reconciler ends it TIMED_OUT, fenced."""
+    task = insert_one(store, one_time(store, max_runtime=0.05))
+    c = claim_one(store, "node-a", lease=LEASE)
+    assert store.renew("node-a", [(task.id, c.fence)], LEASE) != []  # alive
+    assert reconcile(store, overrun_grace=10.0) == 0  # within the grace: its node's own business
+    wait_for(lambda: reconcile(store, overrun_grace=0.0) == 1, timeout=10)
+    ended = execution(store, c.execution_id)
+    assert ended.status is ExecutionStatus.TIMED_OUT and ended.error is not None
+    assert ended.error.type == "MaxRuntimeExceeded" and (ended.note or "").startswith("max_runtime exceeded on node-a")
+    assert get(store, task.id).status is Status.FAILED
+    late = outcome_of(c, ExecutionStatus.COMPLETED, store.now())
+    assert store.finish("node-a", [late]) == [False]  # its own late end changes nothing
+    assert execution(store, c.execution_id) == ended
+
+
 @pytest.mark.parametrize("kind", ["one_time", "recurring"])
 def test_on_lost_fail_ends_the_task_whatever_its_retries(store: Store, kind: str) -> None:
     make = one_time if kind == "one_time" else recurring

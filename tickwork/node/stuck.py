@@ -135,9 +135,10 @@ class StuckWatch:
         return notes
 
     def report(self) -> list[StuckRun]:
-        """The node row's stuck runs: abandoned ones, and those reported still running."""
+        """The node row's stuck runs: those reported, recorded or not (a thread that heeds
+        its timeout a moment late is held briefly, counted busy, but not shown as stuck)."""
         with self._lock:
-            held = list(self._held.values())
+            held = [r for r in self._held.values() if r.stuck_reported]
         reported = self.runs.runs(lambda r: r.stuck_reported and r.state is RunState.RUNNING)
         return [self._row(run) for run in {id(r): r for r in [*held, *reported]}.values()]
 
