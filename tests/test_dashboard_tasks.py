@@ -218,3 +218,18 @@ def test_a_row_that_cannot_be_decoded_keeps_its_place_in_every_order(page: Any, 
         assert f'<tr data-task-id="{ids[1]}" class="undecodable">' in shown.text, path
         assert "A stored row cannot be decoded" in shown.text or "kind" not in path, path
     assert listed(page.get("/tasks?kind=RECURRING").text) == [recurring]  # the store's filter never read that row
+
+
+# -- lost runs on the task page --------------------------------------------------------------------
+
+
+def test_the_task_page_says_how_many_lost_runs_are_run_again(page: Any, web_app: App) -> None:
+    from tickwork.node.reconciler import reconcile
+
+    task = web_app.schedule("web.wait")
+    claimed: list[Any] = []
+    wait_until(lambda: claimed.extend(web_app.store.claim("node-x", ["web.wait"], 1, 0.05)) or claimed, 10.0)
+    assert claimed[0].task.id == task.id
+    wait_until(lambda: reconcile(web_app.store) == 1, 10.0)  # its node "died": the lease ran out
+    text = page.get(f"/tasks/{task.id}").text
+    assert "run again up to 3 times in a row; 1 so far" in " ".join(text.split())
