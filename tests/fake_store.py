@@ -120,6 +120,7 @@ class FakeStore:
         self._runs_of: dict[int, list[int]] = {}  # task id -> its execution ids, oldest first
         self._by_key: dict[str, list[int]] = {}  # idempotency key -> every task that had it
         self._nodes: dict[str, Node] = {}
+        self._samples: dict[datetime, insights.QueueSample] = {}
         self._revoked: dict[str, datetime] = {}  # SHA-256 of a session id -> until when
         self._schedule_sets: dict[str, datetime] = {}  # declaration set digest -> first seen
         self._inboxes: dict[int, deque[str]] = {}  # one per blocked listen() call
@@ -1014,6 +1015,20 @@ class FakeStore:
                     by_name.setdefault(task_name, []).append(e)
         names = sorted((_name_stats(n, runs) for n, runs in by_name.items()), key=lambda x: (-x.runs, x.name))
         return insights.NameStatsReport(window_s, names[: insights.MAX_NAMES], bool(by_name) and len(recent) >= limit)
+
+    def sample_queue(self) -> None:
+        depth, oldest = self.queue_depth()
+        now = self._now()
+        minute = now.replace(second=0, microsecond=0)
+        age = None if oldest is None else max(0.0, (now - oldest).total_seconds())
+        with self._lock:
+            self._samples.setdefault(minute, insights.QueueSample(minute, depth, age))
+            for old in [m for m in self._samples if m < now - insights.SAMPLES_KEPT]:
+                del self._samples[old]
+
+    def queue_samples(self, since: datetime) -> list[insights.QueueSample]:
+        with self._lock:
+            return [self._samples[m] for m in sorted(self._samples) if m >= since][:1500]
 
     def throughput(self, window_s: float, bucket_s: float, limit: int) -> insights.Throughput:
         insights.check(limit, window_s, bucket_s)

@@ -174,3 +174,16 @@ def test_runs_tables_stack_on_a_narrow_screen(api: Any, web_app: App) -> None:
     some_runs(web_app)
     page = api.get("/runs").text
     assert page.count('class="detail none" data-label="error / note"') == 7  # none has an error: no empty rows
+
+
+def test_the_overview_draws_the_queue_depth_of_the_last_hour(api: Any, web_app: App) -> None:
+    empty = api.get("/").text
+    assert 'id="queue-depth-chart"' in empty and "No queue samples in this window" in empty
+    store = web_app.store
+    due = ago(store, 90)
+    store.insert_tasks([NewTask(name=A, args=[], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=due, next_run_at=due)] * 4)
+    store.sample_queue()
+    page = api.get("/").text
+    chart = page.split('id="queue-depth-chart"', 1)[1].split("</svg>", 1)[0]
+    assert re.search(r'<rect [^>]*class="bar bar-depth"><title>\d\d:\d\d UTC: 4 due and unclaimed, the oldest', chart)
+    assert "at most 4 due and unclaimed" in chart and ">4 due</text>" in chart

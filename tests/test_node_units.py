@@ -398,3 +398,18 @@ def test_a_queued_run_renewed_by_heartbeats_starts_however_long_it_waited(store:
         node.leases.heartbeat()
     node.runner.execute(run)
     assert run.cancel_reason is None and run.state is RunState.RECORDING
+
+
+def test_the_queue_is_sampled_twice_a_minute_on_the_reconcilers_thread(store: FakeStore, clock: DrivenClock) -> None:
+    from tickwork.node.sampler import SAMPLE_EVERY_S
+
+    due(store, clock, 2)
+    node = worker(store, clock)
+    sampler = node.reconciler.sampler
+    assert sampler is not None and sampler.maybe_sample() is True
+    clock.advance(SAMPLE_EVERY_S - 0.1)
+    assert sampler.maybe_sample() is False
+    clock.advance(0.2)
+    assert sampler.maybe_sample() is True
+    [sample] = store.queue_samples(clock.now() - timedelta(minutes=5))[:1]
+    assert sample.depth == 2

@@ -186,3 +186,34 @@ def test_running_tasks_by_node(store: Store) -> None:
     assert [r.task_id for r in by_node["node-b"]] == [first[0].task.id]
     assert sorted(r.task_id for r in by_node["node-a"]) == sorted(c.task.id for c in second)
     assert len(store.running_tasks(1)) == 1
+
+
+# -- the queue's depth over time ------------------------------------------------------------
+
+
+def test_a_minute_keeps_its_first_queue_sample_for_the_whole_cluster(store: Store) -> None:
+    now = store.now()
+    due = now - timedelta(seconds=30)
+    store.insert_tasks([NewTask(name="q", args=[], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=due,
+                                next_run_at=due)] * 3)  # fmt: skip
+    store.sample_queue()
+    store.insert_tasks([NewTask(name="q", args=[], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=due, next_run_at=due)])
+    store.sample_queue()  # another node, the same minute: the first sample stays
+    samples = store.queue_samples(now - timedelta(minutes=2))
+    assert len(samples) in (1, 2)  # two only if the minute turned between the samples
+    first = samples[0]
+    assert first.depth == 3 and first.oldest_age is not None and 29 <= first.oldest_age < 90
+    assert first.minute.second == 0 and first.minute.microsecond == 0 and first.minute.tzinfo is not None
+    assert store.queue_samples(now + timedelta(minutes=2)) == []
+
+
+def test_queue_samples_older_than_a_day_are_forgotten() -> None:
+    from tests.driven_clock import DrivenClock
+
+    clock = DrivenClock()
+    store = FakeStore(clock=clock.now)
+    store.sample_queue()
+    clock.advance(25 * 3600)
+    store.sample_queue()
+    samples = store.queue_samples(clock.now() - timedelta(days=3))
+    assert [s.minute for s in samples] == [clock.now().replace(second=0, microsecond=0)]

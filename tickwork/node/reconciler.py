@@ -26,6 +26,7 @@ from tickwork.model import ErrorInfo, ExecutionStatus
 from tickwork.node.health import SLOW_CALL_LEASES, StoreHealth
 from tickwork.node.pruner import Pruner
 from tickwork.node.run_log import what_next
+from tickwork.node.sampler import QueueSampler
 from tickwork.node.settings import NodeSettings
 from tickwork.node.stats import NO_STATS, NodeStats
 from tickwork.schedules import failed_outcome, outcome_of
@@ -58,10 +59,11 @@ class ReconcilerLoop:
         stats: NodeStats,
         on_recovered: Callable[[], None],
         pruner: Pruner | None = None,
+        sampler: QueueSampler | None = None,
     ) -> None:
         self.store, self.settings, self.health = store, settings, health
         self.own, self.live, self.events, self.stats = own, live, events, stats
-        self.on_recovered, self.pruner = on_recovered, pruner
+        self.on_recovered, self.pruner, self.sampler = on_recovered, pruner, sampler
 
     def main(self, stop: threading.Event) -> None:
         waiting = False
@@ -76,6 +78,8 @@ class ReconcilerLoop:
             self.one_pass()
             if self.pruner is not None and not stop.is_set():
                 self.pruner.maybe_prune()  # retention: a few bounded batches when due
+            if self.sampler is not None and not stop.is_set():
+                self.sampler.maybe_sample()  # the queue's depth, for the dashboard's chart
             stop.wait(self.settings.heartbeat)
 
     def one_pass(self) -> int:

@@ -45,6 +45,7 @@ from tickwork.node.recorder import Recorder
 from tickwork.node.redis_locks import NodeLocks
 from tickwork.node.run import CancelReason, Run
 from tickwork.node.runner import Runner
+from tickwork.node.sampler import QueueSampler
 from tickwork.node.settings import NodeSettings
 from tickwork.node.slots import Prefetch, RunTable, RunThreads
 from tickwork.node.stats import NO_STATS, NodeStats
@@ -130,6 +131,7 @@ class Worker:
         self.reconciler = ReconcilerLoop(
             store, settings, self.health, own=self.runs.task_ids, live=locks.live if locks is not None else None,
             events=self.events, stats=stats, on_recovered=self.wakeup.set, pruner=Pruner(store, settings, stats, clock),
+            sampler=QueueSampler(store, clock),
         )  # fmt: skip
         prepare([d.func for d in registry if d.options.isolation is Isolation.PROCESS])
         self.slots = RunThreads(0, self.runner.execute)  # started by run(): a built node holds no thread

@@ -36,7 +36,7 @@ from tickwork.model import (
     Task,
     TaskHeader,
 )
-from tickwork.store.insights import NameStats, NameStatsReport, RunningTask, RunPage, Throughput
+from tickwork.store.insights import NameStats, NameStatsReport, QueueSample, RunningTask, RunPage, Throughput
 
 __all__ = [
     "Claim",
@@ -45,6 +45,7 @@ __all__ = [
     "NewTask",
     "Outcome",
     "PruneCounts",
+    "QueueSample",
     "Renewal",
     "RunPage",
     "RunningTask",
@@ -300,6 +301,15 @@ class Store(Protocol):
         ``window_s`` seconds: counts, the newest success, p50/p95 of duration and
         lateness. Looks at the newest ``limit`` executions at most (``truncated`` says
         the cap was reached); the busiest ``insights.MAX_NAMES`` names, busiest first."""
+        ...
+
+    def sample_queue(self) -> None:
+        """Keep this minute's queue depth and oldest due age (one row per minute for the
+        cluster, a day of them): what the dashboard draws over the last hour."""
+        ...
+
+    def queue_samples(self, since: datetime) -> list[QueueSample]:
+        """The samples from ``since`` on, oldest first."""
         ...
 
     def throughput(self, window_s: float, bucket_s: float, limit: int) -> Throughput:

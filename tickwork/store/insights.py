@@ -69,6 +69,18 @@ class Throughput:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class QueueSample:
+    """The queue once in a minute: due and unclaimed tasks, and how long the oldest waited."""
+
+    minute: datetime
+    depth: int
+    oldest_age: float | None
+
+
+SAMPLES_KEPT = timedelta(days=1)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunPage:
     runs: list[Execution]
     names: dict[int, str]
@@ -192,3 +204,23 @@ def grouped(running: Sequence[RunningTask]) -> dict[str, list[RunningTask]]:
     for task in running:
         out.setdefault(task.node, []).append(task)
     return out
+
+
+def sample_queue(d: Dialect, depth: int, oldest: datetime | None) -> None:
+    """Keep this minute's queue depth (a node calls it about once a minute; the first
+    sample of a minute stays), and forget samples older than SAMPLES_KEPT."""
+    now = d.approximate_now()
+    minute = now.replace(second=0, microsecond=0)
+    age = None if oldest is None else max(0.0, (now - oldest).total_seconds())
+    with d.transaction() as s:
+        s.execute("insert_queue_sample", {"minute": d.encode_time(minute), "depth": depth, "oldest_age": age})
+        s.execute("prune_queue_samples", {"cutoff": d.encode_time(now - SAMPLES_KEPT)})
+
+
+def queue_samples(d: Dialect, since: datetime) -> list[QueueSample]:
+    with d.reader() as s:
+        rows = s.fetch_all("queue_samples", {"since": d.encode_time(since)})
+    return [
+        QueueSample(d.decode_time(r["minute"]), int(r["depth"]), _float(r["oldest_age"]))  # type: ignore[arg-type]
+        for r in rows
+    ]

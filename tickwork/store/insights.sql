@@ -80,3 +80,14 @@ LEFT JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND 
 WHERE t.status = 'RUNNING'
 ORDER BY t.lease_owner, t.id
 LIMIT :limit;
+
+-- name: insert_queue_sample
+-- One row per minute for the whole cluster: the first node to sample it wins.
+INSERT INTO tickwork_queue_samples (minute, depth, oldest_age) VALUES (:minute, :depth, :oldest_age)
+ON CONFLICT (minute) DO NOTHING;
+
+-- name: prune_queue_samples
+DELETE FROM tickwork_queue_samples WHERE minute < :cutoff;
+
+-- name: queue_samples
+SELECT minute, depth, oldest_age FROM tickwork_queue_samples WHERE minute >= :since ORDER BY minute LIMIT 1500;

@@ -349,6 +349,12 @@ class SQLStore:
     def task_name_stats(self, window_s: float, limit: int, *, name: str | None = None) -> insights.NameStatsReport:
         return insights.name_stats(self.dialect, window_s, limit, name)
 
+    def sample_queue(self) -> None:
+        insights.sample_queue(self.dialect, *self.queue_depth())
+
+    def queue_samples(self, since: datetime) -> list[insights.QueueSample]:
+        return insights.queue_samples(self.dialect, since)
+
     def throughput(self, window_s: float, bucket_s: float, limit: int) -> insights.Throughput:
         return insights.throughput(self.dialect, window_s, bucket_s, limit)
 

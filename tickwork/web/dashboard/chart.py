@@ -5,9 +5,9 @@ number or a status name, escaped anyway). Drawn on the server: no script."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from tickwork.store.insights import Throughput
+from tickwork.store.insights import QueueSample, Throughput
 
 WIDTH = 600
 HEIGHT = 120
@@ -68,3 +68,47 @@ def stacked(flow: Throughput) -> Chart:
     summary = f"Runs that ended per {flow.bucket_s:g} s over the last {minutes} min: {words}; at most {peak} in one."
     end = flow.start + timedelta(seconds=flow.buckets * flow.bucket_s)
     return Chart(WIDTH, HEIGHT, bars, peak, totals, f"{flow.start:%H:%M}", f"{end:%H:%M} UTC", summary, flow.truncated)
+
+
+DEPTH_HEIGHT = 60
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DepthChart:
+    width: int
+    height: int
+    bars: list[Bar]
+    peak: int
+    """The deepest sample: the top of the scale."""
+    oldest_age: float | None
+    """The longest any due task had waited at a sample of the window."""
+    sampled: int
+    """Minutes of the window with a sample (a node samples; none ran: none)."""
+    start_label: str
+    end_label: str
+    summary: str
+
+
+def depth(samples: list[QueueSample], start: datetime, minutes: int) -> DepthChart:
+    """One bar per sampled minute from ``start``: how many tasks were due and unclaimed."""
+    slot = WIDTH / max(minutes, 1)
+    peak = max((q.depth for q in samples), default=0)
+    bars: list[Bar] = []
+    for q in samples:
+        i = int((q.minute - start).total_seconds() // 60)
+        if not 0 <= i < minutes or not q.depth:
+            continue
+        tall = DEPTH_HEIGHT * q.depth / peak
+        waited = "" if q.oldest_age is None else f", the oldest waiting {q.oldest_age:.0f} s"
+        label = f"{q.minute:%H:%M} UTC: {q.depth} due and unclaimed{waited}"
+        bars.append(Bar(round(i * slot + 0.5, 2), round(DEPTH_HEIGHT - tall, 2), round(slot - 1, 2), round(tall, 2),
+                        "DEPTH", label))  # fmt: skip
+    oldest = max((q.oldest_age for q in samples if q.oldest_age is not None), default=None)
+    if samples:
+        waited = "" if oldest is None else f"; the oldest due task waited up to {oldest:.0f} s"
+        summary = f"Queue depth per minute over the last {minutes} min: at most {peak} due and unclaimed{waited}."
+    else:
+        summary = "No queue samples in this window: nodes sample the queue while they run."
+    end = start + timedelta(minutes=minutes)
+    labels = f"{start:%H:%M}", f"{end:%H:%M} UTC"
+    return DepthChart(WIDTH, DEPTH_HEIGHT, bars, peak, oldest, len(samples), *labels, summary)

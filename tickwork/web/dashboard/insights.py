@@ -5,6 +5,8 @@ runs (``SCAN``): the page says when that cap cut the window short."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -30,6 +32,13 @@ def name_reports(app: App, name: str | None = None) -> list[tuple[str, NameStats
 
 def throughput_chart(app: App) -> chart.Chart:
     return chart.stacked(app.store.throughput(CHART_WINDOW, CHART_BUCKET, SCAN))
+
+
+def depth_chart(app: App) -> chart.DepthChart:
+    """The queue's depth over the throughput chart's window (the minutes it draws)."""
+    minutes = round(CHART_WINDOW / 60)
+    start = app.store.approximate_now().replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
+    return chart.depth(app.store.queue_samples(start), start, minutes)
 
 
 def router(app: App, db: Database, pages: Pages) -> APIRouter:

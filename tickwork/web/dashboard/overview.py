@@ -10,7 +10,7 @@ from tickwork.app import App
 from tickwork.model import Status
 from tickwork.web.dashboard import task_order
 from tickwork.web.dashboard.cluster import task_names
-from tickwork.web.dashboard.insights import throughput_chart
+from tickwork.web.dashboard.insights import depth_chart, throughput_chart
 from tickwork.web.dashboard.next_run import running_since
 from tickwork.web.dashboard.pages import Pages
 from tickwork.web.dashboard.task_order import Filters
@@ -52,6 +52,7 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
             names=task_names(app, failures + recent),
             runs=recent,
             chart=throughput_chart(app),
+            depth=depth_chart(app),
         )
 
     return r

@@ -9,3 +9,11 @@ ALTER TABLE tickwork_tasks ADD COLUMN lost_runs INTEGER NOT NULL DEFAULT 0;
 -- JSON list written with the node's heartbeat: each keeps one of its slots busy until
 -- it returns, which the dashboard shows beside the node's running tasks.
 ALTER TABLE tickwork_nodes ADD COLUMN stuck TEXT;
+
+-- The queue's depth and oldest due age once a minute (the dashboard's chart of the last
+-- hour): every node samples, the minute's key keeps one row; a day is kept.
+CREATE TABLE tickwork_queue_samples (
+    minute     INTEGER PRIMARY KEY,
+    depth      INTEGER NOT NULL,
+    oldest_age REAL
+);
