@@ -611,9 +611,10 @@ class FakeStore:
         decision = clean_text(o.decision) if o.decision else None
         # The replan is taken when the task moves on to a next slot; a retry of this slot
         # keeps it for later; any end of the task (cancel winning included) spends it.
-        moves_on = decided is Status.PENDING and o.attempt == 0
+        # A run of this slot again (lost, interrupted: it does not count) keeps it too.
+        moves_on = decided is Status.PENDING and o.attempt == 0 and o.counts
         replan = _replan(task) if moves_on else None
-        retrying = o.task_status is Status.PENDING and o.attempt != 0 and not cancels
+        retrying = o.task_status is Status.PENDING and (o.attempt != 0 or not o.counts) and not cancels
         self._tasks[task.id] = dataclasses.replace(
             task,
             status=Status.CANCELLED if cancels else decided,
@@ -892,6 +893,22 @@ class FakeStore:
             if node is not None:
                 kept = tuple(dataclasses.replace(r, since=_utc(r.since)) for r in stuck[:100])
                 self._nodes[node_id] = dataclasses.replace(node, heartbeat_at=self._now(), running=running, stuck=kept)
+
+    def end_execution(
+        self, node: str, claim: Claim, status: ExecutionStatus, at: datetime, error: ErrorInfo | None, note: str | None
+    ) -> bool:
+        with self._lock:
+            task, run = self._tasks.get(claim.task.id), self._executions.get(claim.execution_id)
+            if task is None or run is None or run.status is not ExecutionStatus.RUNNING:
+                return False
+            if (task.version, task.lease_owner, task.status) != (claim.fence, node, Status.RUNNING):
+                return False
+            cleaned = None if error is None else ErrorInfo(clean_text(error.type), clean_text(error.message),
+                                                           clean_text(error.traceback))  # fmt: skip
+            self._executions[run.id] = dataclasses.replace(
+                run, status=status, finished_at=_utc(at), error=cleaned, note=clean_text(note) if note else None
+            )
+            return True
 
     def note_execution(self, execution_id: int, text: str) -> None:
         with self._lock:

@@ -222,6 +222,7 @@ def test_serve_takes_the_same_log_options(sqlite_url: str, tmp_path: Path) -> No
     lines = [line for line in served.output().splitlines() if line.strip()]
     assert all(line.startswith("{") and json.loads(line)["message"] for line in lines), served.output()
     assert any(json.loads(line)["logger"] == "uvicorn.access" for line in lines), served.output()
+    assert "\x1b[" not in served.output()  # no terminal colours in a log shipper's lines
 
 
 def client_of_url(url: str) -> App:

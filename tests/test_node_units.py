@@ -411,5 +411,10 @@ def test_the_queue_is_sampled_twice_a_minute_on_the_reconcilers_thread(store: Fa
     assert sampler.maybe_sample() is False
     clock.advance(0.2)
     assert sampler.maybe_sample() is True
-    [sample] = store.queue_samples(clock.now() - timedelta(minutes=5))[:1]
-    assert sample.depth == 2
+    due(store, clock, 1)
+    clock.advance(SAMPLE_EVERY_S)
+    assert sampler.maybe_sample() is True
+    samples = store.queue_samples(clock.now() - timedelta(minutes=5))
+    assert [s.minute.second for s in samples] == [0] * len(samples) and 1 <= len(samples) <= 3
+    assert samples[0].depth == 2  # the first sample of its minute is the one kept
+    assert len({s.minute for s in samples}) == len(samples)  # one per minute

@@ -1508,3 +1508,24 @@ def test_list_tasks_filters_by_kind_and_pages_newest_first(store: Store) -> None
     assert [t.id for t in store.list_tasks(newest_first=True, limit=2, offset=2)] == [ids[1], ids[0]]
     assert [t.id for t in store.list_tasks(kind=Kind.ONE_TIME)] == ids
     assert [t.id for t in store.list_tasks(kind=Kind.RECURRING, newest_first=True)] == [rec.id]
+
+
+def test_a_lost_run_with_an_edit_pending_runs_its_slot_again_and_keeps_the_edit(store: Store) -> None:
+    """The edit (replan_at) waits for the slot that was lost to run; then it is taken."""
+    from tickwork.changes import Edit
+
+    task = insert_one(store, recurring(store, interval=3600.0, retry_backoff=0.01))
+    c = claim_one(store, "node-a", lease=TINY_LEASE)
+    slot = c.task.scheduled_at
+    edited = slot + timedelta(hours=5)
+    after = dataclasses.replace(c.task, replan_at=edited, replan_run_at=edited)
+    assert store.edit_task(Edit(before=c.task, after=after, reset_cancel=False)) is not None
+    expired_claim_for(store, task.id)
+    assert reconcile(store) == 1
+    rerun = get(store, task.id)
+    assert (rerun.status, rerun.scheduled_at, rerun.lost_runs, rerun.replan_at) == (Status.PENDING, slot, 1, edited)
+    [c2] = wait_for(lambda: store.claim("node-a", [NAME], 1, LEASE), timeout=10)  # type: ignore[misc]
+    assert c2.scheduled_for == c.scheduled_for  # the lost slot, run again
+    assert store.finish("node-a", [outcome_of(c2, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    moved = get(store, task.id)
+    assert (moved.scheduled_at, moved.replan_at, moved.lost_runs) == (edited, None, 0)

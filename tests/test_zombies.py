@@ -215,25 +215,26 @@ def test_a_run_reaching_max_runtime_is_stopped_by_its_own_node(client: App, flee
     assert node.terminate() == 0, node.output()
 
 
-def test_a_stuck_thread_past_max_runtime_is_recorded_at_its_deadline_and_reported(
+def test_a_stuck_thread_past_max_runtime_ends_its_execution_at_the_deadline_and_is_reported(
     client: App, fleet: Fleet, records: Path
 ) -> None:
-    """The thread cannot be stopped: its node records the run TIMED_OUT at max_runtime
-    while the thread goes on, reports it two heartbeats later, and the thread's own late
-    end changes nothing. (Another node's reconciler ends an overrun run whose node does
-    not: tests/test_store_contract.py.)"""
+    """The thread cannot be stopped: its node ends the execution TIMED_OUT at max_runtime
+    while the thread goes on and reports it two heartbeats later; the task stays RUNNING
+    (no second copy) until the thread returns, then moves on. (Another node's reconciler
+    ends an overrun run whose node does not: tests/test_store_contract.py.)"""
     node = fleet.start(env=SHORT_LEASE)
     task = client.schedule("test.overrun_stuck", kwargs={"seconds": 5.0})
-    wait_for(lambda: client.get(task.id).status is Status.FAILED, timeout=30)
+    wait_for(lambda: [e for e in client.executions(task.id) if e.status is ExecutionStatus.TIMED_OUT], timeout=30)
     [run] = client.executions(task.id)
-    assert run.status is ExecutionStatus.TIMED_OUT
     assert run.error is not None and run.error.type == "MaxRuntimeExceeded"
     assert run.finished_at is not None and run.started_at is not None
     assert timedelta(seconds=1.0) <= run.finished_at - run.started_at < timedelta(seconds=1.0 + LEASE)
-    assert not any(r.get("phase") == "end" for r in read_records(records))  # recorded while still running
+    assert not any(r.get("phase") == "end" for r in read_records(records))  # ended while still running
+    assert client.get(task.id).status is Status.RUNNING
     wait_for(lambda: "did not stop within 2 heartbeats" in (client.executions(task.id)[0].note or ""), timeout=10)
     assert "did not stop within 2 heartbeats" in node.output()
-    wait_for(lambda: any(r.get("phase") == "end" for r in read_records(records)), timeout=10)
+    wait_for(lambda: client.get(task.id).status is Status.FAILED, timeout=30)
+    assert any(r.get("phase") == "end" for r in read_records(records))  # only once the thread let go
     wait_for(lambda: "its thread returned" in node.output(), timeout=10)
     [after] = client.executions(task.id)
     assert (after.status, after.finished_at, after.result) == (run.status, run.finished_at, None)

@@ -33,6 +33,7 @@ ROUTINE = "routine"
 """The ``extra=`` key that marks a routine line (shown from INFO on, not by default)."""
 
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", ROUTINE}
+_STANDARD |= {"color_message"}  # uvicorn's copy of the message with terminal colours
 
 
 def database_of(store: object) -> str:
@@ -72,6 +73,8 @@ class JsonFormatter(logging.Formatter):
 
 
 _routine_from = logging.NOTSET
+"""The level from which routine lines show, as configure() set it (NOTSET: not set up
+here, the loggers' own levels decide)."""
 _format = "text"
 
 
@@ -79,10 +82,6 @@ def json_lines() -> bool:
     """The process logs one JSON object per line (``configure(fmt="json")``): a server's
     own loggers (uvicorn's) must then write through the same handlers."""
     return _format == "json"
-
-
-"""The level from which routine lines show, as configure() set it (NOTSET: not set up
-here, the loggers' own levels decide)."""
 
 
 def routine_shown() -> bool:

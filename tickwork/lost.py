@@ -34,7 +34,10 @@ def lost_outcome(claim: Claim, now: datetime, error: ErrorInfo, note: str) -> Ou
         return outcome_with(
             claim, ExecutionStatus.FAILED, then, now, error=error, note=text, counts=False, lost_runs=lost
         )
-    text = f"{note}; counted as a failure ({task.lost_runs} lost runs in a row were run again)"
+    if task.cancel_requested:
+        text = f"{note}; not run again: a cancel was requested"
+    else:
+        text = f"{note}; counted as a failure ({task.lost_runs} lost runs in a row were run again)"
     outcome = outcome_of(claim, ExecutionStatus.FAILED, now, error=error, note=text)
     retrying = outcome.task_status is Status.PENDING and outcome.attempt != 0  # this slot again: a retry
     return dataclasses.replace(outcome, lost_runs=task.lost_runs if retrying else 0)

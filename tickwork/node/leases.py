@@ -59,8 +59,8 @@ class Leases:
         self.renewer = Renewer(self.heartbeat)
         self._kept_locks: set[int] = set()  # unconfirmed runs whose Redis lock was extended
         self._stuck_since: float | None = None
-        self.stuck: StuckWatch | None = None
-        """Runs asked to stop whose thread goes on (set by the node that has a runner)."""
+        self.stuck = StuckWatch(node_id, settings.heartbeat, runs, clock)
+        """Runs asked to stop whose thread goes on (stuck.py)."""
 
     # -- the monitor thread -------------------------------------------------------------
 
@@ -73,10 +73,12 @@ class Leases:
                 next_beat = self.clock() + self.settings.heartbeat
             now = self.clock()
             wait = next_beat - now
-            stuck = None if self.stuck is None else self.stuck.judge
-            for deadline in (self.enforce_timeouts(now), self.cancel_unrenewed(now), stuck and stuck(now)):
+            for deadline in (self.enforce_timeouts(now), self.cancel_unrenewed(now), self.stuck.judge(now)):
                 if deadline is not None:
                     wait = min(wait, deadline - now)
+            if self.stuck.take_fresh():  # a timeout's execution to end: the renewer writes it now
+                self.beat_now.set()
+                continue
             self.wake.wait(max(0.0, wait))
             self.wake.clear()
 
@@ -131,16 +133,11 @@ class Leases:
             self.health.failed()
         else:
             self.health.answered()
+        self.stuck.write(self.store)  # timeouts' executions and stuck runs' notes; never raises
 
     def _node_heartbeat(self, running: int) -> None:
-        """The node row: busy slots (abandoned threads' included) and its stuck runs; and
-        the notes of stuck runs already recorded."""
-        if self.stuck is None:
-            self.store.node_heartbeat(self.node_id, running)
-            return
-        self.store.node_heartbeat(self.node_id, running + self.stuck.busy(), self.stuck.report())
-        for execution_id, text in self.stuck.take_notes():
-            self.store.note_execution(execution_id, text)
+        """The node row, with the runs reported stuck."""
+        self.store.node_heartbeat(self.node_id, running, self.stuck.report(self.store.approximate_now()))
 
     def apply_renewals(self, runs: list[Run], renewals: list[Renewal], asked: float) -> None:
         """Confirmed runs hold their lease from ``asked``; a run the store did not renew

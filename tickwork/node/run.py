@@ -94,10 +94,8 @@ class Run:
         self._on_cancel: Callable[[], None] | None = None
         self.cancel_seen_at: float | None = None
         """Monotonic: when the monitor first saw this run asked to stop (stuck.py)."""
-        self.stuck_reported = False
-        self.abandoned = False
-        """Recorded while its thread still ran (a deadline or cancel it did not heed):
-        the thread keeps its slot until it returns, and its own result is dropped."""
+        self.stuck_note: str | None = None
+        """Set when reported as not stopping when asked (stuck.py): what the report said."""
 
     @property
     def killable(self) -> bool:

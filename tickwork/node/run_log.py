@@ -67,7 +67,7 @@ def what_next(claim: Claim, outcome: Outcome) -> str:
     if status is Status.COMPLETED:
         return "task COMPLETED" if task.kind is Kind.ONE_TIME else "the schedule has ended: task COMPLETED"
     at = _when(outcome.next_run_at, outcome.finished_at)
-    if outcome.lost_runs > 0:
+    if not outcome.counts and outcome.lost_runs > 0:
         return f"run again at {at} (lost run {outcome.lost_runs} of at most {task.max_lost} in a row)"
     if not outcome.counts:
         return f"due again at {at} (interrupted: the attempt does not count)"

@@ -27,7 +27,6 @@ from tickwork.node.run import CancelReason, Run, RunState
 from tickwork.node.run_log import log_ended
 from tickwork.node.slots import Prefetch, RunTable
 from tickwork.node.stats import NodeStats
-from tickwork.node.stuck import StuckWatch
 from tickwork.schedules import decide, schedule_of, skipped_outcome
 from tickwork.store.base import Store
 
@@ -52,7 +51,6 @@ class Runner:
         on_forget: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         unowned_after: float | None = None,
-        heartbeat: float = 10.0,
     ) -> None:
         self.store, self.node_id, self.runs = store, node_id, runs
         self.executor, self.recorder, self.prefetch = executor, recorder, prefetch
@@ -60,8 +58,6 @@ class Runner:
         self.monitor_wake = monitor_wake if monitor_wake is not None else threading.Event()
         self.on_forget = on_forget
         self.clock = clock
-        self.stuck = StuckWatch(node_id, heartbeat, runs, self.abandon, store.approximate_now)
-        """Runs asked to stop whose thread goes on; ``heartbeat`` paces their reports."""
         self.unowned_after = unowned_after
         """Seconds after its last confirmed renewal from which a run is not started: the
         monitor stops running runs at that age (leases.LEASE_SAFETY), and a run that
@@ -80,39 +76,17 @@ class Runner:
             result = RunResult(ExecutionStatus.FAILED, ErrorInfo.from_exception(exc))
         if result is not None and run.state is RunState.RUNNING:
             self.record(run, result)
-        # After the record: a hand-over by the monitor either lost to it or is seen here
-        # (it marks the run seen before it holds the slot, and holds it before it moves).
-        if run.cancel_seen_at is not None:
-            self._returned(run, self.stuck)
+        if run.stuck_note is not None:
+            self._returned(run)
 
-    def _returned(self, run: Run, stuck: StuckWatch) -> None:
-        """The thread of a run asked to stop returned: an abandoned run's slot is free."""
-        since = stuck.since(run)
-        if not stuck.release(run):
-            return
-        after = "" if since is None else f" {(self.store.approximate_now() - since).total_seconds():.1f} s"
-        # Said as loudly as its report was: a timeout heeded a moment late is routine.
-        log.log(
-            logging.WARNING if run.stuck_reported else logging.INFO,
-            "task %s (%s) execution %s: its thread returned%s after it was asked to stop (%s); "
-            "what it returned is dropped: the run was recorded when it did not stop",
-            run.task_id, run.claim.task.name, run.execution_id, after, run.cancel_reason,
+    def _returned(self, run: Run) -> None:
+        """A thread reported stuck let go at last: its slot is free (the task moves on
+        now, by the outcome just handed to the recorder)."""
+        waited = 0.0 if run.cancel_seen_at is None else self.clock() - run.cancel_seen_at
+        log.warning(
+            "task %s (%s) execution %s: its thread returned %.1f s after it was asked to stop (%s)",
+            run.task_id, run.claim.task.name, run.execution_id, waited, run.cancel_reason,
         )  # fmt: skip
-        self.on_forget()  # its slot is free: the poll loop may claim into it
-
-    def abandon(self, run: Run, why: str | None) -> None:
-        """On the monitor's thread: record now a run whose thread goes on (stuck.py). The
-        thread keeps its slot until it returns; a thread that returned first wins."""
-        self.stuck.hold(run)  # before the hand-over: the thread may return at any moment
-        run.abandoned = True
-        if not run.advance_from(RunState.RUNNING, RunState.RECORDING):
-            run.abandoned = False
-            self.stuck.release(run)
-            return
-        result = cancelled_result(run)
-        if why is not None:
-            result = dataclasses.replace(result, note=f"{result.note}; {why}" if result.note else why)
-        self.recorder.submit(run, outcome_for(run, result, self._now()))
 
     def _run(self, run: Run) -> RunResult | None:
         """Decide and run; the result to record, or None when the run was already
@@ -196,10 +170,13 @@ class Runner:
         self.record(run, cancelled_result(run))
 
     def record(self, run: Run, result: RunResult) -> None:
-        """Hand the outcome to the recorder; the run keeps its slot and lease until written."""
+        """Hand the outcome to the recorder; the run keeps its slot and lease until written.
+        A run reported stuck keeps the report in its note (stuck.py)."""
+        if run.stuck_note is not None:
+            note = f"{result.note}; {run.stuck_note}" if result.note else run.stuck_note
+            result = dataclasses.replace(result, note=note)
         outcome = outcome_for(run, result, self._now())
-        if not run.advance_from(RunState.RUNNING, RunState.RECORDING):
-            return  # recorded meanwhile by the monitor: it did not stop in time (abandon)
+        run.advance(RunState.RECORDING)
         self.recorder.submit(run, outcome)
 
     def _now(self) -> datetime:

@@ -125,9 +125,8 @@ class Worker:
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
             monitor_wake=self.leases.wake, on_forget=self.wakeup.set, clock=clock,
-            unowned_after=settings.lease * LEASE_SAFETY, heartbeat=settings.heartbeat,
+            unowned_after=settings.lease * LEASE_SAFETY,
         )  # fmt: skip
-        self.stuck = self.leases.stuck = self.runner.stuck
         self.reconciler = ReconcilerLoop(
             store, settings, self.health, own=self.runs.task_ids, live=locks.live if locks is not None else None,
             events=self.events, stats=stats, on_recovered=self.wakeup.set, pruner=Pruner(store, settings, stats, clock),
@@ -182,9 +181,9 @@ class Worker:
 
     @property
     def running(self) -> int:
-        """Runs this node holds (running, waiting for a slot, or being written) and the
-        threads of recorded runs that did not stop when asked (each keeps its slot)."""
-        return len(self.runs) + self.stuck.busy()
+        """Runs this node holds: running (stuck ones included), waiting for a slot, or
+        being written."""
+        return len(self.runs)
 
     def _start(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

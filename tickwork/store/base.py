@@ -21,6 +21,7 @@ from typing import Protocol
 from tickwork.changes import Edit, SyncView, SyncWrites
 from tickwork.model import (
     Claim,
+    ErrorInfo,
     Execution,
     ExecutionStatus,
     Kind,
@@ -251,6 +252,14 @@ class Store(Protocol):
 
     def node_heartbeat(self, node_id: str, running: int, stuck: Sequence[StuckRun] = ()) -> None:
         """Mark the node alive with ``running`` busy slots, ``stuck`` among them."""
+        ...
+
+    def end_execution(
+        self, node: str, claim: Claim, status: ExecutionStatus, at: datetime, error: ErrorInfo | None, note: str | None
+    ) -> bool:
+        """End a run's execution row now while its task stays RUNNING (a thread past its
+        timeout that has not let go): fenced by the claim; the task's own write, when the
+        thread returns, leaves the row as this made it. False if nothing was changed."""
         ...
 
     def note_execution(self, execution_id: int, text: str) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from tickwork.codec import clean_text, json_problem
-from tickwork.model import NewTask, Outcome, Skipping, StuckRun
+from tickwork.model import Claim, ErrorInfo, ExecutionStatus, NewTask, Outcome, Skipping, StuckRun
 from tickwork.store.dialect import Dialect
 
 
@@ -116,3 +117,23 @@ def stuck_runs(stuck: Sequence[StuckRun]) -> str | None:
         for r in stuck[:100]
     ]  # fmt: skip
     return json.dumps(rows)
+
+
+def early_end(
+    d: Dialect,
+    node: str,
+    claim: Claim,
+    status: ExecutionStatus,
+    at: datetime,
+    error: ErrorInfo | None,
+    note: str | None,
+) -> dict[str, Any]:
+    """The parameters of ``end_execution``."""
+    return {
+        "id": claim.execution_id, "task_id": claim.task.id, "fence": claim.fence, "node": node,
+        "status": status.value, "finished_at": d.encode_time(at),
+        "error_type": clean_text(error.type) if error else None,
+        "error_message": clean_text(error.message) if error else None,
+        "error_traceback": clean_text(error.traceback) if error else None,
+        "note": clean_text(note) if note else None,
+    }  # fmt: skip

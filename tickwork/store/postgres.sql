@@ -134,25 +134,25 @@ WITH o AS (
                                                          AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs))),
         cancel_run_only = FALSE,
         -- replan_at: as in write_outcome.
-        scheduled_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0
+        scheduled_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
                                  AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
                                       AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
                                       AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
                             THEN t.replan_at ELSE o.scheduled_at END,
-        next_run_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0
+        next_run_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
                                 AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
                                       AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
                                       AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
                            THEN t.replan_run_at ELSE o.next_run_at END,
-        triggered = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0
+        triggered = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
                               AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
                                       AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
                                       AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
                          THEN FALSE ELSE o.triggered END,
-        replan_at = CASE WHEN o.task_status = 'PENDING' AND o.attempt <> 0
+        replan_at = CASE WHEN o.task_status = 'PENDING' AND (o.attempt <> 0 OR NOT o.counts)
                               AND NOT (t.cancel_requested AND NOT t.cancel_run_only)
                          THEN t.replan_at END,
-        replan_run_at = CASE WHEN o.task_status = 'PENDING' AND o.attempt <> 0
+        replan_run_at = CASE WHEN o.task_status = 'PENDING' AND (o.attempt <> 0 OR NOT o.counts)
                                   AND NOT (t.cancel_requested AND NOT t.cancel_run_only)
                              THEN t.replan_run_at END,
         attempt = o.attempt, last_status = o.status,

@@ -78,7 +78,9 @@ RETURNING id, cancel_requested, cancel_run_only;
 -- table): the task takes the edited slot when it moves on (PENDING, no attempt pending),
 -- and a recurring task that the ends it was claimed with completed goes on to that slot
 -- instead when the task's ends as they are now allow it (until_at, max_runs: an edit may
--- have moved them). Any other end of the task spends the replan.
+-- have moved them). Any other end of the task spends the replan. A run of the same slot
+-- again (a lost or interrupted run: NOT :counts, attempt back to where it was) keeps it
+-- for when that slot has run.
 UPDATE tickwork_tasks
 SET status = CASE WHEN cancel_requested AND NOT cancel_run_only
                        AND (:task_status <> 'COMPLETED' OR (kind = 'RECURRING' AND replan_at IS NOT NULL
@@ -94,24 +96,26 @@ SET status = CASE WHEN cancel_requested AND NOT cancel_run_only
                                                        AND (until_at IS NULL OR replan_at <= until_at)
                                                        AND (max_runs IS NULL OR run_count + 1 < max_runs))),
     cancel_run_only = FALSE,
-    scheduled_at = CASE WHEN replan_at IS NOT NULL AND :attempt = 0
+    scheduled_at = CASE WHEN replan_at IS NOT NULL AND :attempt = 0 AND :counts
                              AND (:task_status = 'PENDING' OR (:task_status = 'COMPLETED' AND kind = 'RECURRING'
                                   AND (until_at IS NULL OR replan_at <= until_at)
                                   AND (max_runs IS NULL OR run_count + 1 < max_runs)))
                         THEN replan_at ELSE :scheduled_at END,
-    next_run_at = CASE WHEN replan_at IS NOT NULL AND :attempt = 0
+    next_run_at = CASE WHEN replan_at IS NOT NULL AND :attempt = 0 AND :counts
                             AND (:task_status = 'PENDING' OR (:task_status = 'COMPLETED' AND kind = 'RECURRING'
                                   AND (until_at IS NULL OR replan_at <= until_at)
                                   AND (max_runs IS NULL OR run_count + 1 < max_runs)))
                        THEN replan_run_at ELSE :next_run_at END,
-    triggered = CASE WHEN replan_at IS NOT NULL AND :attempt = 0
+    triggered = CASE WHEN replan_at IS NOT NULL AND :attempt = 0 AND :counts
                           AND (:task_status = 'PENDING' OR (:task_status = 'COMPLETED' AND kind = 'RECURRING'
                                   AND (until_at IS NULL OR replan_at <= until_at)
                                   AND (max_runs IS NULL OR run_count + 1 < max_runs)))
                      THEN FALSE ELSE :triggered END,
-    replan_at = CASE WHEN :task_status = 'PENDING' AND :attempt <> 0 AND NOT (cancel_requested AND NOT cancel_run_only)
+    replan_at = CASE WHEN :task_status = 'PENDING' AND (:attempt <> 0 OR NOT :counts)
+                          AND NOT (cancel_requested AND NOT cancel_run_only)
                      THEN replan_at END,
-    replan_run_at = CASE WHEN :task_status = 'PENDING' AND :attempt <> 0 AND NOT (cancel_requested AND NOT cancel_run_only)
+    replan_run_at = CASE WHEN :task_status = 'PENDING' AND (:attempt <> 0 OR NOT :counts)
+                          AND NOT (cancel_requested AND NOT cancel_run_only)
                          THEN replan_run_at END,
     attempt = :attempt,
     run_count = run_count + CASE WHEN :status = 'SKIPPED' OR NOT :counts THEN 0 ELSE 1 END,
@@ -266,6 +270,16 @@ ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, started
 
 -- name: node_heartbeat
 UPDATE tickwork_nodes SET heartbeat_at = :now, running = :running, stuck = :stuck WHERE id = :id;
+
+-- name: end_execution
+-- A run's execution ends while its task stays RUNNING (its thread past its timeout has
+-- not let go): fenced by the task's version and lease, and only while the row runs.
+UPDATE tickwork_executions
+SET status = :status, finished_at = :finished_at, error_type = :error_type, error_message = :error_message,
+    error_traceback = :error_traceback, note = :note
+WHERE id = :id AND status = 'RUNNING'
+  AND EXISTS (SELECT 1 FROM tickwork_tasks
+              WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING');
 
 -- name: note_execution
 -- What a node learnt of a run after recording it (its thread did not stop).

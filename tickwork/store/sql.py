@@ -19,6 +19,7 @@ from tickwork.changes import Edit, SyncWrites
 from tickwork.codec import clean_text
 from tickwork.errors import InvalidInput, QueueFull
 from tickwork.model import (
+    ErrorInfo,
     Execution,
     ExecutionStatus,
     Kind,
@@ -283,6 +284,14 @@ class SQLStore:
         params = {"id": node_id, "running": running, "stuck": encoding.stuck_runs(stuck)}
         with d.transaction() as s:
             s.execute("node_heartbeat", {**params, "now": d.encode_time(d.approximate_now())})
+
+    def end_execution(
+        self, node: str, claim: Claim, status: ExecutionStatus, at: datetime, error: ErrorInfo | None, note: str | None
+    ) -> bool:
+        d = self.dialect
+        params = encoding.early_end(d, node, claim, status, at, error, note)
+        with d.transaction() as s:
+            return s.execute("end_execution", params) > 0
 
     def note_execution(self, execution_id: int, text: str) -> None:
         with self.dialect.transaction() as s:
