@@ -88,7 +88,7 @@ def test_the_throughput_chart_is_inline_svg_with_words(api: Any, web_app: App) -
             "timed-out",
         ]
         assert all(re.fullmatch(r"\d\d:\d\d UTC: 1 [A-Z_]+", label) for _, label in bars)
-    assert "Queue depth is not kept over time" in api.get("/").text
+    assert "Queue depth per minute, last hour" in api.get("/").text  # drawn beside it
 
 
 def test_an_empty_chart_and_tables_say_so(api: Any) -> None:

@@ -18,6 +18,7 @@ from markupsafe import escape
 
 from tests.conftest import wait_for
 from tests.http_support import AUTH, EVIL_NAME, TOKEN, client_of
+from tests.test_worker import Node as ThreadNode
 from tickwork import App, Context, ExecutionStatus, Status
 from tickwork.model import ErrorInfo, Kind, Node, StuckRun
 from tickwork.node.stuck import STUCK_HEARTBEATS
@@ -27,19 +28,6 @@ from tickwork.web.auth import LOGIN_COOKIE
 
 HEARTBEAT = 0.2
 ADVICE = 'use isolation="process"'
-
-
-class ThreadNode:
-    def __init__(self, app: App, concurrency: int = 1) -> None:
-        self.worker = app.worker(concurrency=concurrency)
-        self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False})
-        self.thread.start()
-        assert self.worker.started.wait(10)
-
-    def stop(self) -> None:
-        self.worker.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
 
 
 class Stubborn:

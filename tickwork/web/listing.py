@@ -9,6 +9,7 @@ says where to go on. (A store query with ``LIKE`` would search everything at onc
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from tickwork.app import App
 from tickwork.model import Status, Task
@@ -32,32 +33,42 @@ class Page:
     scanned: int
 
 
+Row = Task | Undecodable
+
+
 def find_tasks(app: App, *, status: Status | None, name: str | None, q: str | None, limit: int, offset: int) -> Page:
     """Tasks in id order matching ``status`` and ``name`` exactly, and ``q`` as a
     case-insensitive substring of the name."""
+
+    def fetch(want: int, position: int) -> list[Row]:
+        return reading.tasks(app, status=status, name=name, limit=want, offset=position)
+
+    items, next_offset, scanned = walk(fetch, q, limit, offset)
+    return Page(items, limit, offset, next_offset, scanned)
+
+
+def walk(
+    fetch: Callable[[int, int], list[Row]], q: str | None, limit: int, offset: int
+) -> tuple[list[Row], int | None, int]:
+    """Up to ``limit`` rows from ``offset`` whose name holds ``q`` (all without one),
+    looking at no more than ``SCAN_LIMIT`` rows for a search: (rows, the offset to go
+    on from or None at the end, rows looked at). ``fetch(limit, offset)`` reads a page."""
     if not q:
-        rows = reading.tasks(app, status=status, name=name, limit=limit + 1, offset=offset)
-        more = len(rows) > limit
-        items = rows[:limit]
-        return Page(items, limit, offset, offset + len(items) if more else None, len(items))
-    needle = q.casefold()
-    found: list[Task | Undecodable] = []
-    position = offset
-    scanned = 0
-    exhausted = False
+        rows = fetch(limit + 1, offset)
+        return rows[:limit], (offset + limit if len(rows) > limit else None), min(len(rows), limit)
+    needle, position, scanned = q.casefold(), offset, 0
+    found: list[Row] = []
     while len(found) < limit and scanned < SCAN_LIMIT:
         want = min(SCAN_CHUNK, SCAN_LIMIT - scanned)
-        chunk = reading.tasks(app, status=status, name=name, limit=want, offset=position)
+        chunk = fetch(want, position)
         consumed = 0
-        for task in chunk:
+        for row in chunk:
             consumed += 1
-            if needle in (task.name or "").casefold():
-                found.append(task)
+            if needle in (row.name or "").casefold():
+                found.append(row)
                 if len(found) == limit:
                     break
-        position += consumed
-        scanned += consumed
+        position, scanned = position + consumed, scanned + consumed
         if len(chunk) < want and consumed == len(chunk):
-            exhausted = True  # the end of the list: nothing after this page
-            break
-    return Page(found, limit, offset, None if exhausted else position, scanned)
+            return found, None, scanned  # the end of the list
+    return found, position, scanned

@@ -24,7 +24,7 @@ from tickwork.errors import TickworkError
 from tickwork.model import Kind, Status, Task
 from tickwork.store import UndecodableRow
 from tickwork.web import reading
-from tickwork.web.listing import SCAN_CHUNK, SCAN_LIMIT
+from tickwork.web.listing import walk
 from tickwork.web.reading import Undecodable
 
 Row = Task | Undecodable
@@ -99,40 +99,13 @@ def page(app: App, filters: Filters, limit: int, offset: int) -> Rows:
         return rows
 
     if filters.sort in STORE_SORTS:
-        items, next_offset, scanned = _walk(fetch, filters.q, limit, offset)
+        items, next_offset, scanned = walk(fetch, filters.q, limit, offset)
         return Rows(items, offset, next_offset, scanned, degraded=any(degraded))
-    window, more, scanned = _walk(fetch, filters.q, WINDOW, 0)
+    window, more, scanned = walk(fetch, filters.q, WINDOW, 0)
     ordered = sorted(window, key=SORT_KEYS[filters.sort])
     items = ordered[offset : offset + limit]
     next_offset = offset + limit if offset + limit < len(ordered) else None
     return Rows(items, offset, next_offset, scanned, window_full=more is not None, degraded=any(degraded))
-
-
-def _walk(
-    fetch: Callable[[int, int], list[Row]], q: str | None, limit: int, offset: int
-) -> tuple[list[Row], int | None, int]:
-    """Up to ``limit`` rows from ``offset`` whose name holds ``q`` (all without one),
-    looking at no more than ``SCAN_LIMIT`` rows for a search: (rows, the offset to go
-    on from or None at the end, rows looked at)."""
-    if not q:
-        rows = fetch(limit + 1, offset)
-        return rows[:limit], (offset + limit if len(rows) > limit else None), min(len(rows), limit)
-    needle, position, scanned = q.casefold(), offset, 0
-    found: list[Row] = []
-    while len(found) < limit and scanned < SCAN_LIMIT:
-        want = min(SCAN_CHUNK, SCAN_LIMIT - scanned)
-        chunk = fetch(want, position)
-        consumed = 0
-        for row in chunk:
-            consumed += 1
-            if needle in (row.name or "").casefold():
-                found.append(row)
-                if len(found) == limit:
-                    break
-        position, scanned = position + consumed, scanned + consumed
-        if len(chunk) < want and consumed == len(chunk):
-            return found, None, scanned  # the end of the list
-    return found, position, scanned
 
 
 def _fetch(app: App, filters: Filters, newest_first: bool, limit: int, offset: int) -> tuple[list[Row], bool]:
