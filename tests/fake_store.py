@@ -287,12 +287,17 @@ class FakeStore:
             replan_run_at=None,
             max_lost=int(new.max_lost),
             lost_runs=0,
+            queue=str(new.queue),
         )
 
-    def next_due_at(self, names: Sequence[str]) -> datetime | None:
+    def next_due_at(self, names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
         wanted = set(names)
         with self._lock:
-            due = [t.next_run_at for t in self._tasks.values() if t.status is Status.PENDING and t.name in wanted]
+            due = [
+                t.next_run_at
+                for t in self._tasks.values()
+                if t.status is Status.PENDING and t.name in wanted and (queues is None or t.queue in queues)
+            ]
         return min(due, default=None)
 
     def backfill(self, task_id: int, start: datetime, end: datetime, runs: Sequence[NewTask]) -> list[Task]:
@@ -365,6 +370,7 @@ class FakeStore:
             until=_utc_or_none(after.until),
             max_runs=None if after.max_runs is None else int(after.max_runs),
             max_lost=int(after.max_lost),
+            queue=str(after.queue),
             lost_runs=0 if edit.reset_cancel else task.lost_runs,
             declared_at=_utc_or_none(after.declared_at),
             status=after.status,
@@ -497,11 +503,18 @@ class FakeStore:
     # -- claims and leases ------------------------------------------------------------
 
     def claim(
-        self, node: str, names: Sequence[str], limit: int, lease: float, exclude: Sequence[int] = ()
+        self,
+        node: str,
+        names: Sequence[str],
+        limit: int,
+        lease: float,
+        exclude: Sequence[int] = (),
+        queues: Sequence[str] | None = None,
     ) -> list[Claim]:
-        if limit <= 0 or not names:
+        if limit <= 0 or not names or (queues is not None and not queues):
             return []
         wanted, excluded = set(names), set(exclude)
+        served = None if queues is None else set(queues)
         with self._lock:
             now = self._now()
             due = heapq.nsmallest(
@@ -509,7 +522,11 @@ class FakeStore:
                 (
                     t
                     for t in self._tasks.values()
-                    if t.status is Status.PENDING and t.next_run_at <= now and t.name in wanted and t.id not in excluded
+                    if t.status is Status.PENDING
+                    and t.next_run_at <= now
+                    and t.name in wanted
+                    and t.id not in excluded
+                    and (served is None or t.queue in served)
                 ),
                 key=_claim_order,
             )

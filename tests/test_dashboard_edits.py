@@ -257,3 +257,14 @@ def test_the_page_shows_ends_runs_origin_and_a_pending_replan(page: Any, web_app
     code_page = page.get(f"/tasks/{code.id}").text
     assert re.search(r'id="task-origin"><span class="badge">code</span> declared with @app.periodic', code_page)
     assert "an edit lasts until the next sync" in code_page
+
+
+def test_the_edit_form_moves_a_task_to_another_queue(page: Any, web_app: App) -> None:
+    task = web_app.schedule("web.ok", delay=600)
+    shown = page.get(f"/tasks/{task.id}").text
+    assert form_of(shown)["queue"] == "default" and '<dd class="mono">default</dd>' in shown
+    assert edit(page, task.id, queue="reports").status_code == 303
+    assert web_app.get(task.id).queue == "reports"
+    refused = edit(page, task.id, queue="two words")
+    assert refused.status_code == 422 and "queue" in refused.text
+    assert web_app.get(task.id).queue == "reports"

@@ -147,7 +147,7 @@ def test_start_up_line_masks_the_password(pg_url: str, tmp_path: Path, nodes: li
     nodes.append(node := Node(url, tmp_path))
     line = node.wait_for_line(r"node \S+ started: database ")
     assert ":***@" in line and password not in node.stderr(), node.stderr()
-    assert re.search(r"claim strategy \w+, 2 slots, \d+ tasks: .*test\.fail", line), line
+    assert re.search(r"claim strategy \w+, 2 slots, queues default, \d+ tasks: .*test\.fail", line), line
     node.stop()
     assert password not in node.stderr()
 

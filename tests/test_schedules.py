@@ -146,6 +146,7 @@ def make_task(**overrides: Any) -> Task:
         "removed_at": None,
         "max_lost": 3,
         "lost_runs": 0,
+        "queue": "default",
         "existed": False,
     }
     unknown = set(overrides) - set(fields)

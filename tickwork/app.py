@@ -127,6 +127,7 @@ class App(NodeMixin):
         overlap: Overlap | str = Overlap.SKIP,
         on_lost: OnLost | str = OnLost.RETRY,
         max_lost: int = 3,
+        queue: str = "default",
         max_runtime: float | None = None,
         isolation: Isolation | str = Isolation.THREAD,
         kill_grace: float = 5.0,
@@ -150,6 +151,7 @@ class App(NodeMixin):
         overlap: Overlap | str = Overlap.SKIP,
         on_lost: OnLost | str = OnLost.RETRY,
         max_lost: int = 3,
+        queue: str = "default",
         max_runtime: float | None = None,
         isolation: Isolation | str = Isolation.THREAD,
         kill_grace: float = 5.0,
@@ -173,7 +175,8 @@ class App(NodeMixin):
             **validate.task_options(
                 timeout=timeout, max_retries=max_retries, retry_backoff=retry_backoff, misfire=misfire,
                 misfire_grace=misfire_grace, jitter=jitter, priority=priority, max_catchup=max_catchup,
-                overlap=overlap, on_lost=on_lost, max_lost=max_lost, max_runtime=max_runtime, isolation=isolation,
+                overlap=overlap, on_lost=on_lost, max_lost=max_lost, queue=queue, max_runtime=max_runtime,
+                isolation=isolation,
                 kill_grace=kill_grace, context=context,
             )
         )  # fmt: skip
@@ -209,6 +212,7 @@ class App(NodeMixin):
         overlap: Overlap | str | None = None,
         until: datetime | None = None,
         max_runs: int | None = None,
+        queue: str | None = None,
         replace: bool = False,
     ) -> Task:
         """Schedule ``task`` once (now, after ``delay``, ``at`` a time) or recurring
@@ -222,7 +226,7 @@ class App(NodeMixin):
             args=args, kwargs=kwargs, delay=delay, at=at, cron=cron, timezone=timezone, every=every,
             key=key, misfire=misfire, misfire_grace=misfire_grace, jitter=jitter, timeout=timeout,
             max_retries=max_retries, retry_backoff=retry_backoff, priority=priority, max_catchup=max_catchup,
-            overlap=overlap, until=until, max_runs=max_runs,
+            overlap=overlap, until=until, max_runs=max_runs, queue=queue,
         )  # fmt: skip
         if replace and key is None:
             raise InvalidInput("replace", replace, "needs a key: it replaces the live task holding that key")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -143,8 +144,10 @@ class NodeMixin(EditsMixin):
         prefetch: int | None = None,
         install_signals: bool = True,
         sync: bool = True,
+        queues: Sequence[str] | None = None,
     ) -> None:
-        """Run a node in this thread until SIGINT/SIGTERM (or ``Worker.stop``).
+        """Run a node in this thread until SIGINT/SIGTERM (or ``Worker.stop``), claiming
+        from ``queues`` (default: every queue its registered tasks use).
 
         ``max_concurrency`` turns on autoscaling: the node starts with ``concurrency``
         slots, grows toward ``max_concurrency`` while every slot is busy and the oldest
@@ -165,7 +168,7 @@ class NodeMixin(EditsMixin):
             self.open_store()  # told now; another store opens when the node first needs it
         if sync:
             self.sync_at_start()
-        self.worker(concurrency=concurrency, prefetch=prefetch, autoscaler=autoscaler).run(
+        self.worker(concurrency=concurrency, prefetch=prefetch, autoscaler=autoscaler, queues=queues).run(
             install_signals=install_signals
         )
 
@@ -179,8 +182,10 @@ class NodeMixin(EditsMixin):
         prefetch: int | None = None,
         autoscaler: Autoscaler | None = None,
         node_id: str | None = None,
+        queues: Sequence[str] | None = None,
     ) -> Worker:
-        """A node for this App's tasks, store, hooks and settings (not started: ``run()``)."""
+        """A node for this App's tasks, store, hooks and settings (not started: ``run()``),
+        claiming from ``queues`` (default: the queues its registered tasks use)."""
         from tickwork.metrics import PrometheusStats
         from tickwork.node.worker import Worker
 
@@ -196,4 +201,5 @@ class NodeMixin(EditsMixin):
             node_id=node_id,
             autoscaler=autoscaler,
             stats=PrometheusStats(),
+            queues=queues,
         )

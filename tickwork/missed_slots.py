@@ -56,6 +56,7 @@ def backfill_runs(task: Task, span: Window, now: datetime) -> list[NewTask]:
             on_lost=task.on_lost,
             max_runtime=task.max_runtime,
             max_lost=task.max_lost,
+            queue=task.queue,
         )
         for s in slots
     ]

@@ -144,6 +144,8 @@ class Task:
     """An edit of this running task's schedule: the slot it moves to when the run ends."""
     replan_run_at: datetime | None = None
     """With ``replan_at``: that slot's dispatch time (the slot plus its jitter)."""
+    queue: str = "default"
+    """The queue it is claimed from: a node claims from the queues it serves."""
     max_lost: int = 3
     """How many lost runs in a row (its node died or stopped renewing) are run again
     before a lost run counts as a failure (``on_lost="retry"``); apart from retries."""
@@ -326,6 +328,7 @@ class NewTask:
     origin: str | None = None
     declared_at: datetime | None = None
     max_lost: int = 3
+    queue: str = "default"
 
 
 @dataclasses.dataclass(frozen=True)

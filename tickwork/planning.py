@@ -33,6 +33,7 @@ OVERRIDABLE = (
     "priority",
     "max_catchup",
     "overlap",
+    "queue",
 )
 """The registered options a ``schedule()`` call may override (None: keep the task's)."""
 
@@ -63,6 +64,7 @@ class ScheduleArgs:
     overlap: Overlap | str | None = None
     until: datetime | None = None
     max_runs: int | None = None
+    queue: str | None = None
 
 
 SCHEDULE_FIELDS = tuple(f.name for f in dataclasses.fields(ScheduleArgs))
@@ -214,6 +216,7 @@ def new_task(request: Request, now: datetime, *, seed: int | None = None) -> New
         overlap=options.overlap,
         on_lost=options.on_lost,
         max_lost=options.max_lost,
+        queue=options.queue,
         max_runtime=options.max_runtime,
         until=request.until,
         max_runs=request.max_runs,

@@ -44,6 +44,7 @@ class TaskOptions:
     overlap: Overlap = Overlap.SKIP
     on_lost: OnLost = OnLost.RETRY
     max_lost: int = 3
+    queue: str = "default"
     max_runtime: float | None = None
     isolation: Isolation = Isolation.THREAD
     kill_grace: float = 5.0
@@ -113,6 +114,10 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._by_name)
+
+    def queues(self) -> list[str]:
+        """The queues the registered tasks go to by default: what a node serves unless told."""
+        return sorted({d.options.queue for d in self._by_name.values()})
 
     def __iter__(self) -> Iterator[TaskDef]:
         return iter(self._by_name.values())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -125,6 +126,18 @@ def max_catchup(value: int) -> int:
     return value
 
 
+QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
+
+
+def queue(value: str) -> str:
+    """A queue name: what an operator types after ``--queues`` and reads in metrics labels."""
+    if not isinstance(value, str) or not QUEUE_NAME.fullmatch(value):
+        raise InvalidInput(
+            "queue", value, "must be 1 to 100 letters, digits, '_', '.', ':' or '-', starting with a letter or digit"
+        )
+    return value
+
+
 def max_lost(value: int) -> int:
     if not 0 <= integer("max_lost", value) <= 1000:
         raise InvalidInput("max_lost", value, "must be an integer from 0 to 1000")
@@ -182,6 +195,7 @@ OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
     "overlap": overlap,
     "on_lost": on_lost,
     "max_lost": max_lost,
+    "queue": queue,
     "max_runtime": functools.partial(optional_positive, "max_runtime"),
     "isolation": isolation,
     "kill_grace": functools.partial(non_negative, "kill_grace"),

@@ -52,6 +52,7 @@ OVERLAPS = [o.value for o in Overlap]
 @click.option("--until", type=Moment(clearable=True), metavar="ISO8601|none", help="No slot after this time.")
 @click.option("--max-runs", type=Count(clearable=True), metavar="N|none", help="At most N runs in all.")
 @click.option("--max-lost", type=click.IntRange(0, 1000), help="Lost runs run again in a row (then a failure).")
+@click.option("--queue", help="Move it to this queue.")
 @click.pass_context
 @errors_as_messages
 def tasks_update(

@@ -9,7 +9,7 @@ import threading
 
 import click
 
-from tickwork import logs
+from tickwork import logs, validate
 from tickwork.app import App
 from tickwork.cli.common import (
     SECONDS_OR_ZERO,
@@ -18,6 +18,7 @@ from tickwork.cli.common import (
     log_options,
     refuse_without_tasks,
 )
+from tickwork.errors import InvalidInput
 from tickwork.metrics import serve_metrics, watch_queue
 
 log = logging.getLogger("tickwork.worker")
@@ -47,6 +48,11 @@ log = logging.getLogger("tickwork.worker")
     type=SECONDS_OR_ZERO,
     help="Shrink after this long (seconds, or 30s, 5m, ...) with idle slots.",
 )
+@click.option(
+    "--queues",
+    metavar="NAME[,NAME...]",
+    help="Claim only from these queues (default: every queue APP's registered tasks use).",
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port (/metrics).")
 @click.option("--metrics-host", default="0.0.0.0", show_default=True, help="Address the metrics server listens on.")
 @click.option(
@@ -62,6 +68,7 @@ def worker(
     concurrency: str,
     scale_up_age: float,
     scale_down_after: float,
+    queues: str | None,
     metrics_port: int | None,
     metrics_host: str,
     sync: bool,
@@ -70,6 +77,7 @@ def worker(
 ) -> None:
     """Run a worker node for APP (module:attribute) until SIGINT/SIGTERM."""
     minimum, maximum = _concurrency(concurrency)
+    served = _queues(queues)
     logs.configure(log_level, log_format)
     app = load_app(app_spec)
     if isinstance(app, App):  # (a stand-in, in tests, has no store)
@@ -86,8 +94,22 @@ def worker(
         scale_up_age=scale_up_age,
         scale_down_after=scale_down_after,
         sync=sync,
+        queues=served,
     )
     _exit_past_leaked_threads()
+
+
+def _queues(text: str | None) -> list[str] | None:
+    """``--queues emails,reports``: each name checked as ``@app.task(queue=...)`` checks it."""
+    if text is None:
+        return None
+    names = [q.strip() for q in text.split(",") if q.strip()]
+    if not names:
+        raise click.BadParameter("give at least one queue name", param_hint="--queues")
+    try:
+        return [validate.queue(q) for q in names]
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--queues") from exc
 
 
 def _exit_past_leaked_threads() -> None:

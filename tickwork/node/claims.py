@@ -59,8 +59,10 @@ class Claimer:
         locks: NodeLocks | None = None,
         known: Callable[[], set[int]] = set,
         clock: Callable[[], float] = time.monotonic,
+        queues: Sequence[str] | None = None,
     ) -> None:
         self.store, self.node_id, self.names, self.settings = store, node_id, list(names), settings
+        self.queues = None if queues is None else list(queues)
         self.health, self.locks, self.known, self.clock = health, locks, known, clock
         self.locked_elsewhere: dict[int, float] = {}  # task id -> monotonic time to try it again
         self.failures = 0
@@ -73,8 +75,9 @@ class Claimer:
         started = self.clock()
         try:
             claims = self.store.claim(
-                self.node_id, self.names, free, self.settings.lease, exclude=self._locked_elsewhere_ids()
-            )
+                self.node_id, self.names, free, self.settings.lease, exclude=self._locked_elsewhere_ids(),
+                queues=self.queues,
+            )  # fmt: skip
         except Exception:
             self._give_back_lost_claims(asked_at - CLOCK_MARGIN)
             self._failed(started)
@@ -165,7 +168,7 @@ class Claimer:
         if idle_slots <= 0:
             return cap  # a finishing run wakes us
         try:
-            due = self.store.next_due_at(self.names)
+            due = self.store.next_due_at(self.names, self.queues)
             if due is None or (claimed_at is not None and due <= claimed_at):
                 return cap
             wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))

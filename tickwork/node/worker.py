@@ -26,9 +26,10 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 
+from tickwork import validate
 from tickwork.errors import InvalidInput, NodeError
 from tickwork.events import Events
 from tickwork.logs import database_of
@@ -97,8 +98,11 @@ class Worker:
         autoscaler: Autoscaler | None = None,
         stats: NodeStats = NO_STATS,
         clock: Callable[[], float] = time.monotonic,
+        queues: Sequence[str] | None = None,
     ) -> None:
         _check_sizes(concurrency, prefetch)
+        self.queues = registry.queues() if queues is None else sorted({validate.queue(q) for q in queues})
+        """The queues this node claims from (default: those its registered tasks use)."""
         self.autoscaler = autoscaler
         self.concurrency = autoscaler.minimum if autoscaler is not None else concurrency
         self.store, self.registry, self.settings, self.locks = store, registry, settings, locks
@@ -116,7 +120,7 @@ class Worker:
         self.health = StoreHealth(grace=settings.heartbeat + POST_OUTAGE_MARGIN_S, clock=clock)
         self.leases = Leases(store, self.node_id, settings, self.runs, self.health, stats, locks, clock)
         self.claimer = Claimer(
-            store, self.node_id, self.names, settings, self.health,
+            store, self.node_id, self.names, settings, self.health, queues=self.queues,
             locks=locks, known=self.runs.execution_ids, clock=clock,
         )  # fmt: skip
         self.executor = Executor(settings.max_payload)
@@ -168,10 +172,10 @@ class Worker:
             f" and {len(self.names) - SHOWN_NAMES} more" if len(self.names) > SHOWN_NAMES else ""
         )
         log.info(
-            "node %s started: database %s, claim strategy %s, %d slots%s, %d tasks: %s",
+            "node %s started: database %s, claim strategy %s, %d slots%s, queues %s, %d tasks: %s",
             self.node_id, database_of(self.store), getattr(self.store, "claim_strategy", "default"),
-            self.concurrency, scaling, len(self.names), names or "none",
-            extra={"node_id": self.node_id, "slots": self.concurrency, "tasks": self.names},
+            self.concurrency, scaling, ", ".join(self.queues) or "none", len(self.names), names or "none",
+            extra={"node_id": self.node_id, "slots": self.concurrency, "tasks": self.names, "queues": self.queues},
         )  # fmt: skip
 
     def stop(self) -> None:
@@ -291,7 +295,7 @@ class Worker:
             return
         self._next_scale_check = self.clock() + AUTOSCALE_EVERY_S
         try:
-            oldest = self.store.next_due_at(self.names)  # the tasks this node runs, not others'
+            oldest = self.store.next_due_at(self.names, self.queues)  # the tasks this node runs, not others'
             age = None if oldest is None else (self.store.approximate_now() - oldest).total_seconds()
         except Exception:
             log.warning("queue age unavailable; slots unchanged", exc_info=True)

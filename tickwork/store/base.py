@@ -114,15 +114,23 @@ class Store(Protocol):
         edited task changed in between (a claim): nothing was written, sync again."""
         ...
 
-    def next_due_at(self, names: Sequence[str]) -> datetime | None:
-        """The earliest ``next_run_at`` among PENDING tasks with these names, or None."""
+    def next_due_at(self, names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
+        """The earliest ``next_run_at`` among PENDING tasks with these names (in these
+        queues; None: any), or None."""
         ...
 
     def claim(
-        self, node: str, names: Sequence[str], limit: int, lease: float, exclude: Sequence[int] = ()
+        self,
+        node: str,
+        names: Sequence[str],
+        limit: int,
+        lease: float,
+        exclude: Sequence[int] = (),
+        queues: Sequence[str] | None = None,
     ) -> list[Claim]:
         """Claim at most ``limit`` due PENDING tasks with these names, for ``lease`` seconds,
-        leaving out the ids in ``exclude`` (tasks the node knows another node is on).
+        leaving out the ids in ``exclude`` (tasks the node knows another node is on), from
+        the ``queues`` given (None: every queue).
 
         Due means ``next_run_at <= now``; oldest due first, higher priority first among
         tasks due at the same time (Quartz's order: it keeps the claim an index walk). Each

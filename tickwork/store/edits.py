@@ -83,6 +83,7 @@ def _edit_params(d: Dialect, edit: Edit) -> dict[str, Any]:
         "until": d.encode_time(after.until),
         "max_runs": after.max_runs,
         "max_lost": after.max_lost,
+        "queue": after.queue,
         "declared_at": d.encode_time(after.declared_at),
         "status": after.status.value,
         "scheduled_at": d.encode_time(after.scheduled_at),

@@ -12,7 +12,7 @@ SET name = :name, args = :args, kwargs = :kwargs, cron = :cron, timezone = :time
     jitter = :jitter, timeout = :timeout, max_retries = :max_retries,
     retry_backoff = :retry_backoff, priority = :priority, max_catchup = :max_catchup,
     overlap = :overlap, on_lost = :on_lost, max_runtime = :max_runtime,
-    until_at = :until, max_runs = :max_runs, declared_at = :declared_at, max_lost = :max_lost,
+    until_at = :until, max_runs = :max_runs, declared_at = :declared_at, max_lost = :max_lost, queue = :queue,
     lost_runs = CASE WHEN :reset_cancel THEN 0 ELSE lost_runs END,
     status = :status, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
     attempt = :attempt, triggered = :triggered,

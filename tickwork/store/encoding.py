@@ -42,6 +42,7 @@ def new_task(d: Dialect, new: NewTask, now: Any) -> dict[str, Any]:
         "origin": new.origin,
         "declared_at": d.encode_time(new.declared_at),
         "max_lost": new.max_lost,
+        "queue": new.queue,
         "now": now,
     }
 

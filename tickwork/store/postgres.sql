@@ -6,11 +6,12 @@
 
 -- name: next_due_at
 SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-WHERE status = 'PENDING' AND name = ANY(:names);
+WHERE status = 'PENDING' AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues));
 
 -- name: claim_candidates
 SELECT id, version FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
+  AND (:all_queues OR queue = ANY(:queues))
 ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
@@ -21,6 +22,7 @@ LIMIT :limit;
 WITH picked AS (
     SELECT id FROM tickwork_tasks
     WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
+      AND (:all_queues OR queue = ANY(:queues))
     ORDER BY next_run_at, priority DESC, id
     LIMIT :limit
     FOR NO KEY UPDATE SKIP LOCKED

@@ -8,12 +8,12 @@ INSERT INTO tickwork_tasks (
     name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
     next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
     retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
-    until_at, max_runs, origin, declared_at, max_lost, created_at, updated_at)
+    until_at, max_runs, origin, declared_at, max_lost, queue, created_at, updated_at)
 VALUES (
     :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval, :scheduled_at,
     :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
     :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :max_runtime,
-    :until, :max_runs, :origin, :declared_at, :max_lost, :now, :now)
+    :until, :max_runs, :origin, :declared_at, :max_lost, :queue, :now, :now)
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
 DO NOTHING
 RETURNING *;
@@ -24,15 +24,17 @@ SELECT * FROM tickwork_tasks
 WHERE key = :key AND status IN ('PENDING', 'RUNNING', 'PAUSED');
 
 -- name: next_due_at
--- Earliest dispatch time among the tasks this node can run.
+-- Earliest dispatch time among the tasks this node can run (its names, its queues).
 SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names));
+WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names))
+  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)));
 
 -- name: claim_candidates
 -- Due tasks this node can run, best first; claimed one by one with claim_task.
 SELECT id, version FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
+  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
   AND id NOT IN (SELECT value FROM json_each(:exclude))
 ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;

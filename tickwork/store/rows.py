@@ -171,6 +171,7 @@ class Decoder:
             until=d.decode_time(r["until_at"]),
             max_runs=None if r["max_runs"] is None else int(r["max_runs"]),
             max_lost=int(r["max_lost"]),
+            queue=str(r["queue"]),
             lost_runs=int(r["lost_runs"]),
             origin=r["origin"],
             declared_at=d.decode_time(r["declared_at"]),

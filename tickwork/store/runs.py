@@ -29,9 +29,15 @@ class Runs:
     # -- claims -----------------------------------------------------------------------
 
     def claim(
-        self, node: str, names: Sequence[str], limit: int, lease: float, exclude: Sequence[int] = ()
+        self,
+        node: str,
+        names: Sequence[str],
+        limit: int,
+        lease: float,
+        exclude: Sequence[int] = (),
+        queues: Sequence[str] | None = None,
     ) -> list[Claim]:
-        if limit <= 0 or not names:
+        if limit <= 0 or not names or (queues is not None and not queues):
             return []
         d = self.dialect
         claims: list[Claim] = []
@@ -45,6 +51,7 @@ class Runs:
                 "names": d.encode_names(names),
                 "exclude": d.encode_ids(exclude),
                 "limit": limit,
+                **queue_params(d, queues),
             }
             if self.strategy == "skip_locked":
                 rows = s.fetch_all("claim_skip_locked", params)
@@ -146,3 +153,8 @@ class Runs:
         with d.reader() as s:
             rows = s.fetch_all(query, {"now": d.encode_time(d.approximate_now()), "limit": limit, **extra})
         return [self.rows.claim(r) for r in rows]
+
+
+def queue_params(d: Dialect, queues: Sequence[str] | None) -> dict[str, Any]:
+    """The queue filter of a claim (None: every queue)."""
+    return {"all_queues": queues is None, "queues": d.encode_names(queues or [])}

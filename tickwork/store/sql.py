@@ -35,7 +35,7 @@ from tickwork.store import edits, encoding, insights, retention
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 from tickwork.store.dialect import Dialect, Row, Session, iter_statements, notify
 from tickwork.store.rows import Decoder, header
-from tickwork.store.runs import Runs
+from tickwork.store.runs import Runs, queue_params
 
 __all__ = ["Dialect", "Row", "SQLStore", "Session", "iter_statements"]
 
@@ -129,17 +129,24 @@ class SQLStore:
             self.dialect, self._rows, insert, (digest, keys, names), plan, dry_run=dry_run, force=force
         )
 
-    def next_due_at(self, names: Sequence[str]) -> datetime | None:
+    def next_due_at(self, names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
+        params = {"names": self.dialect.encode_names(names), **queue_params(self.dialect, queues)}
         with self.dialect.reader() as s:
-            row = s.fetch_one("next_due_at", {"names": self.dialect.encode_names(names)})
+            row = s.fetch_one("next_due_at", params)
         return self.dialect.decode_time(row["next_run_at"]) if row else None
 
     # -- claims and leases (runs.py) ------------------------------------------------
 
     def claim(
-        self, node: str, names: Sequence[str], limit: int, lease: float, exclude: Sequence[int] = ()
+        self,
+        node: str,
+        names: Sequence[str],
+        limit: int,
+        lease: float,
+        exclude: Sequence[int] = (),
+        queues: Sequence[str] | None = None,
     ) -> list[Claim]:
-        return self._runs.claim(node, names, limit, lease, exclude)
+        return self._runs.claim(node, names, limit, lease, exclude, queues)
 
     def renew(self, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
         return self._runs.renew(node, runs, lease)

@@ -60,6 +60,7 @@ def iso_text(value: Any) -> datetime:
 Seconds = StrictFloat
 """A number of seconds: a JSON number (integer or not), never a boolean or a string."""
 Count = StrictInt
+QueueName = Annotated[Text, Field(min_length=1, max_length=100, examples=["emails"])]
 """A whole number: never a boolean, a fraction or a string."""
 Moment = Annotated[datetime, BeforeValidator(iso_text)]
 """An ISO 8601 time with an offset, as text."""
@@ -102,6 +103,7 @@ class ScheduleIn(BaseModel):
     overlap: Overlap | None = None
     until: Moment | None = Field(None, description="Recurring only: no slot after this time (ISO 8601 with an offset).")
     max_runs: Count | None = Field(None, description="Recurring only: no run after this many.")
+    queue: QueueName | None = Field(None, description="The queue it goes to (default: the task's registered one).")
     replace: StrictBool = Field(
         False, description="With a key held by a live task: update that task in place to this definition."
     )
@@ -138,6 +140,7 @@ class TaskEditIn(BaseModel):
     until: Moment | None = Field(KEEP, description="ISO 8601 with an offset; null: no end time.")
     max_runs: Count | None = Field(KEEP, description="null: no limit on the number of runs.")
     max_lost: Count = Field(KEEP, description="Lost runs run again in a row before one counts as a failure.")
+    queue: QueueName = Field(KEEP, description="Move it to this queue.")
 
 
 class BackfillIn(BaseModel):
@@ -196,6 +199,7 @@ class TaskOut(BaseModel):
     replan_at: datetime | None = Field(description="A running task's edited schedule: its slot after this run.")
     replan_run_at: datetime | None
     max_lost: int = Field(description="Lost runs (node died) run again in a row before one counts as a failure.")
+    queue: str = Field(description="The queue it is claimed from.")
     lost_runs: int = Field(description="Lost runs of the current slot run again so far (reset by any other end).")
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tickwork import editing
+from tickwork import editing, validate
 from tickwork.errors import InvalidInput
 from tickwork.model import Kind, Misfire, Overlap, Task
 from tickwork.web.schemas import iso_text, plain_text
@@ -59,6 +59,7 @@ class EditForm(BaseModel):
     max_catchup: str = ""
     max_lost: str = ""
     """Read only when ``editing.POLICIES`` offers it (the task's lost-run limit)."""
+    queue: str = ""
 
     def values(self) -> dict[str, str]:
         """What was typed, by field (without the CSRF token and revision), to show again."""
@@ -221,4 +222,5 @@ READERS: dict[str, Callable[[str, str], Any]] = {
     "max_runtime": optional(seconds),
     "max_catchup": count,
     "max_lost": count,
+    "queue": lambda field, text: validate.queue(text.strip()),
 }

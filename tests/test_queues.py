@@ -1,0 +1,147 @@
+"""Queues (issue 17, first part): a task goes to a queue (``@app.task(queue=...)``,
+overridable per ``schedule()``, movable by ``update()``), and a node claims only from the
+queues it serves (``--queues`` / ``run_worker(queues=...)``; by default the queues its
+registered tasks use). Real worker processes on each store and claim strategy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.http_support import AUTH, V1, problem, schedule
+from tests.workers import ROOT, Fleet, read_records
+from tickwork import App, InvalidInput, Status
+from tickwork.model import Kind
+from tickwork.store import NewTask, Store
+
+
+@pytest.fixture(params=["sqlite", "postgres-skip_locked", "postgres-optimistic"])
+def db_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
+    if request.param == "sqlite":
+        return sqlite_url
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def claim(request: pytest.FixtureRequest) -> str:
+    """The claim strategy of the parametrised store ("" for SQLite: its default)."""
+    param = str(request.node.callspec.params.get("db_url", ""))
+    return param.split("-", 1)[1] if "-" in param else ""
+
+
+def env_of(claim: str) -> dict[str, str]:
+    return {"TICKWORK_TEST_CLAIM": claim} if claim else {}
+
+
+def test_nodes_claim_only_from_the_queues_they_serve(client: App, fleet: Fleet, records: Path, claim: str) -> None:
+    emails = [t.id for t in client.schedule_many([{"task": "test.record", "queue": "emails"}] * 30)]
+    reports = [t.id for t in client.schedule_many([{"task": "test.record", "queue": "reports"}] * 30)]
+    elsewhere = client.schedule("test.record", queue="nobody")
+    assert {client.get(i).queue for i in emails} == {"emails"} and client.get(reports[0]).queue == "reports"
+    for_emails = fleet.start(env=env_of(claim), args=("--queues", "emails"))
+    for_reports = fleet.start(env=env_of(claim), args=("--queues", "reports, other"))
+    wait_for(lambda: all(client.get(i).status is Status.COMPLETED for i in [*emails, *reports]), timeout=60)
+    by_pid = {r["task_id"]: r["pid"] for r in read_records(records)}
+    assert {by_pid[i] for i in emails} == {for_emails.proc.pid}
+    assert {by_pid[i] for i in reports} == {for_reports.proc.pid}
+    assert Counter(r["task_id"] for r in read_records(records)).most_common(1)[0][1] == 1
+    assert client.get(elsewhere.id).status is Status.PENDING  # no node serves "nobody"
+    assert "queues emails," in for_emails.output() and "queues other, reports," in for_reports.output()
+    for node in (for_emails, for_reports):
+        assert node.terminate() == 0, node.output()
+
+
+def test_a_node_serves_its_registered_tasks_queues_by_default(client: App, fleet: Fleet, records: Path) -> None:
+    """The test app's tasks all use "default": a task sent elsewhere waits for a node of
+    that queue; moved back with update(), it runs."""
+    node = fleet.start()
+    moved = client.schedule("test.record", queue="batch")
+    here = client.schedule("test.record")
+    wait_for(lambda: client.get(here.id).status is Status.COMPLETED, timeout=30)
+    assert client.get(moved.id).status is Status.PENDING
+    assert client.update(moved.id, queue="default").queue == "default"
+    wait_for(lambda: client.get(moved.id).status is Status.COMPLETED, timeout=30)
+    assert "queues default," in node.output()
+    assert node.terminate() == 0, node.output()
+
+
+def test_the_store_claims_and_finds_the_next_due_by_queue(store: Store) -> None:
+    now = store.now()
+    due = now.replace(microsecond=0)
+
+    def new(queue: str) -> NewTask:
+        return NewTask(name="q.t", args=[], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=due, next_run_at=due,
+                       queue=queue)  # fmt: skip
+
+    a, b = store.insert_tasks([new("a"), new("b")])
+    assert store.next_due_at(["q.t"], ["b"]) == b.next_run_at and store.next_due_at(["q.t"], ["zzz"]) is None
+    assert store.claim("n", ["q.t"], 10, 30.0, queues=[]) == []  # no queue served: nothing
+    [got] = store.claim("n", ["q.t"], 10, 30.0, queues=["b"])
+    assert (got.task.id, got.task.queue) == (b.id, "b")
+    [rest] = store.claim("n", ["q.t"], 10, 30.0)  # None: every queue
+    assert rest.task.id == a.id
+
+
+@pytest.mark.parametrize("value", ["", " emails", "e mails", "x" * 101, "-lead", "ü", 7, None])
+def test_a_bad_queue_name_is_refused_naming_the_field(sqlite_url: str, value: object) -> None:
+    app = App(sqlite_url)
+    app.task(name="t.q", context=False)(print)
+    with pytest.raises(InvalidInput) as at_registration:
+        app.task(name="t.bad", queue=value)(print)  # type: ignore[arg-type]
+    assert at_registration.value.field == "queue"
+    if value is not None:  # None in schedule() means "the task's own queue"
+        with pytest.raises(InvalidInput) as refused:
+            app.schedule("t.q", queue=value)  # type: ignore[arg-type]
+        assert refused.value.field == "queue" and refused.value.value == value
+        with pytest.raises(InvalidInput):
+            app.schedule_many([{"task": "t.q", "queue": value}])
+    assert app.tasks() == []  # nothing stored
+    app.close()
+
+
+def test_the_cli_refuses_an_empty_or_bad_queues_option(sqlite_url: str) -> None:
+    for given in ["", " , ", "bad name"]:
+        command = [sys.executable, "-m", "tickwork.cli", "worker", "tests.apps.basic:app", "--queues", given]
+        done = subprocess.run(command, cwd=ROOT, env={"TICKWORK_DB": sqlite_url, "PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 2 and "--queues" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+# -- the HTTP API and the CLI ------------------------------------------------------------
+
+
+def test_the_api_schedules_into_a_queue_and_moves_a_task(api: Any, web_app: App) -> None:
+    created = schedule(api, queue="emails", delay=60)
+    assert created["queue"] == "emails" and web_app.get(created["id"]).queue == "emails"
+    moved = api.patch(f"{V1}/tasks/{created['id']}", json={"queue": "reports"}, headers=AUTH)
+    assert moved.status_code == 200 and moved.json()["queue"] == "reports"
+    refused = api.post(f"{V1}/tasks", json={"name": "web.ok", "queue": "no spaces"}, headers=AUTH)
+    assert problem(refused, 422, "queue")["reason"]
+    assert problem(api.patch(f"{V1}/tasks/{created['id']}", json={"queue": ""}, headers=AUTH), 422, "queue")
+    assert web_app.get(created["id"]).queue == "reports"  # a refused edit changed nothing
+
+
+def test_the_cli_schedules_into_a_queue_and_moves_a_task(sqlite_url: str) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tickwork.cli", *args]
+        return subprocess.run(command, cwd=ROOT, env={**os.environ, "TICKWORK_DB": sqlite_url},
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    done = run("schedule", "tests.apps.basic:app", "test.record", "--delay", "60", "--queue", "emails")
+    assert done.returncode == 0, done.stderr
+    client = App(sqlite_url)
+    [task] = client.tasks()
+    assert task.queue == "emails"
+    assert run("tasks", "update", str(task.id), "--queue", "reports").returncode == 0
+    assert client.get(task.id).queue == "reports"
+    bad = run("tasks", "update", str(task.id), "--queue", "a b")
+    assert bad.returncode != 0 and "queue" in bad.stderr and "Traceback" not in bad.stderr
+    assert "queue" in run("tasks", "show", str(task.id)).stdout
+    client.close()
