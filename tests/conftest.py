@@ -24,7 +24,10 @@ STORE_KINDS = ["sqlite", "postgres"]
 FAKE = "fake"
 """The in-memory store's kind: built directly, it has no URL to open it by."""
 PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-TABLES = "tickwork_executions, tickwork_tasks, tickwork_nodes, tickwork_schedule_sets, tickwork_queue_samples"
+TABLES = (
+    "tickwork_executions, tickwork_tasks, tickwork_nodes, tickwork_schedule_sets, tickwork_queue_samples, "
+    "tickwork_queues"
+)
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 20.0, interval: float = 0.02) -> object:

@@ -57,6 +57,7 @@ from tickwork.model import (
 )
 from tickwork.schedules import edited_decision
 from tickwork.store import insights, retention
+from tickwork.store.queues import QueueInfo
 from tickwork.store.sql import RECENT_RUNS_WINDOW
 
 __all__ = ["FakeStore"]
@@ -121,6 +122,7 @@ class FakeStore:
         self._by_key: dict[str, list[int]] = {}  # idempotency key -> every task that had it
         self._nodes: dict[str, Node] = {}
         self._samples: dict[datetime, insights.QueueSample] = {}
+        self._paused_queues: dict[str, tuple[bool, datetime]] = {}
         self._revoked: dict[str, datetime] = {}  # SHA-256 of a session id -> until when
         self._schedule_sets: dict[str, datetime] = {}  # declaration set digest -> first seen
         self._inboxes: dict[int, deque[str]] = {}  # one per blocked listen() call
@@ -296,7 +298,10 @@ class FakeStore:
             due = [
                 t.next_run_at
                 for t in self._tasks.values()
-                if t.status is Status.PENDING and t.name in wanted and (queues is None or t.queue in queues)
+                if t.status is Status.PENDING
+                and t.name in wanted
+                and (queues is None or t.queue in queues)
+                and not self._paused(t.queue)
             ]
         return min(due, default=None)
 
@@ -527,6 +532,7 @@ class FakeStore:
                     and t.name in wanted
                     and t.id not in excluded
                     and (served is None or t.queue in served)
+                    and not self._paused(t.queue)
                 ),
                 key=_claim_order,
             )
@@ -1049,6 +1055,31 @@ class FakeStore:
                     by_name.setdefault(task_name, []).append(e)
         names = sorted((_name_stats(n, runs) for n, runs in by_name.items()), key=lambda x: (-x.runs, x.name))
         return insights.NameStatsReport(window_s, names[: insights.MAX_NAMES], bool(by_name) and len(recent) >= limit)
+
+    def set_queue_paused(self, name: str, paused: bool) -> None:
+        with self._lock:
+            self._paused_queues[name] = (paused, self._now())
+            if not paused:
+                self._notify("due")
+
+    def queues(self) -> list[QueueInfo]:
+        now = self._now()
+        with self._lock:
+            live = [t for t in self._tasks.values() if t.status in LIVE]
+            names = sorted({t.queue for t in live} | set(self._paused_queues))
+            out = []
+            for name in names[:1000]:
+                mine = [t for t in live if t.queue == name]
+                due = [t.next_run_at for t in mine if t.status is Status.PENDING and t.next_run_at <= now]
+                paused, changed = self._paused_queues.get(name, (False, None))
+                out.append(QueueInfo(
+                    name, paused, changed, sum(t.status is Status.PENDING for t in mine), len(due),
+                    sum(t.status is Status.RUNNING for t in mine), min(due, default=None),
+                ))  # fmt: skip
+            return out
+
+    def _paused(self, queue: str) -> bool:
+        return self._paused_queues.get(queue, (False, None))[0]
 
     def sample_queue(self) -> None:
         depth, oldest = self.queue_depth()

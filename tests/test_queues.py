@@ -5,6 +5,7 @@ registered tasks use). Real worker processes on each store and claim strategy.""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -145,3 +146,80 @@ def test_the_cli_schedules_into_a_queue_and_moves_a_task(sqlite_url: str) -> Non
     assert bad.returncode != 0 and "queue" in bad.stderr and "Traceback" not in bad.stderr
     assert "queue" in run("tasks", "show", str(task.id)).stdout
     client.close()
+
+
+# -- pausing a queue -------------------------------------------------------------------------
+
+
+def test_a_paused_queue_is_claimed_by_no_node_until_resumed(store: Store) -> None:
+    now = store.now()
+
+    def new(queue: str) -> NewTask:
+        return NewTask(name="q.t", args=[], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=now, next_run_at=now,
+                       queue=queue)  # fmt: skip
+
+    held, free = store.insert_tasks([new("held"), new("free")])
+    store.set_queue_paused("held", True)
+    assert store.next_due_at(["q.t"], ["held"]) is None
+    [claimed] = store.claim("n", ["q.t"], 10, 30.0)
+    assert claimed.task.id == free.id  # the paused queue's task is left alone
+    listed = {q.name: q for q in store.queues()}
+    assert listed["held"].paused and (listed["held"].pending, listed["held"].due) == (1, 1)
+    assert not listed["free"].paused and listed["free"].running == 1
+    store.set_queue_paused("held", False)
+    [resumed] = store.claim("n", ["q.t"], 10, 30.0)
+    assert resumed.task.id == held.id
+    store.set_queue_paused("empty", True)  # a queue no task uses yet can be paused
+    assert {q.name: q.paused for q in store.queues()}["empty"] is True
+
+
+def test_pausing_a_queue_holds_its_tasks_on_real_nodes(client: App, fleet: Fleet, claim: str) -> None:
+    client.pause_queue("default")
+    waiting = client.schedule("test.record")  # due first: claimed first, were it not paused
+    node = fleet.start(env=env_of(claim), args=("--queues", "default,other"))
+    proof = client.schedule("test.record", queue="other")
+    wait_for(lambda: client.get(proof.id).status is Status.COMPLETED, timeout=30)  # the node claims...
+    assert client.get(waiting.id).status is Status.PENDING  # ...but not from the paused queue
+    assert next(q for q in client.queues() if q.name == "default").due == 1
+    client.resume_queue("default")
+    wait_for(lambda: client.get(waiting.id).status is Status.COMPLETED, timeout=30)
+    assert node.terminate() == 0, node.output()
+
+
+def test_queues_from_the_cli(sqlite_url: str) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tickwork.cli", *args]
+        return subprocess.run(command, cwd=ROOT, env={**os.environ, "TICKWORK_DB": sqlite_url},
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    assert run("schedule", "tests.apps.basic:app", "test.record", "--delay", "60", "--queue", "emails").returncode == 0
+    paused = run("queues", "pause", "emails")
+    assert paused.returncode == 0 and "queue emails paused" in paused.stdout
+    listed = run("queues", "list")
+    assert listed.returncode == 0 and "emails" in listed.stdout and "PAUSED" in listed.stdout
+    [row] = json.loads(run("queues", "list", "--json").stdout)
+    assert (row["name"], row["paused"], row["pending"], row["due"]) == ("emails", True, 1, 0)
+    assert run("queues", "resume", "emails").returncode == 0
+    assert json.loads(run("queues", "list", "--json").stdout)[0]["paused"] is False
+    bad = run("queues", "pause", "no spaces")
+    assert bad.returncode != 0 and "queue" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_queues_over_http_and_on_the_dashboard(api: Any, web_app: App) -> None:
+    from tests.test_dashboard_schedule import csrf_of, signed_in
+
+    schedule(api, queue="emails", delay=60)
+    assert api.post(f"{V1}/queues/emails/pause").status_code == 401  # a write needs the token
+    paused = api.post(f"{V1}/queues/emails/pause", headers=AUTH)
+    assert paused.status_code == 200 and paused.json()["paused"] is True and paused.json()["pending"] == 1
+    assert problem(api.post(f"{V1}/queues/a%20b/pause", headers=AUTH), 422)
+    [listed] = api.get(f"{V1}/queues", headers=AUTH).json()["items"]
+    assert listed["name"] == "emails" and listed["paused"] is True
+    page = signed_in(api)
+    shown = page.get("/queues").text
+    assert '<tr data-queue="emails">' in shown and "PAUSED" in shown and 'action="/queues/resume"' in shown
+    assert page.post("/queues/resume", data={"name": "emails", "csrf": "wrong"}).status_code == 403
+    assert web_app.queues()[0].paused  # refused: unchanged
+    done = page.post("/queues/resume", data={"name": "emails", "csrf": csrf_of(shown)}, follow_redirects=False)
+    assert done.status_code == 303 and not web_app.queues()[0].paused
+    assert page.post("/queues/pause", data={"name": "<b>x</b>", "csrf": csrf_of(shown)}).status_code == 422

@@ -21,6 +21,7 @@ from tickwork.model import Execution, ExecutionStatus, Kind, Misfire, Node, OnLo
 from tickwork.node.redis_locks import RedisMode
 from tickwork.registry import Isolation, Registry, TaskOptions
 from tickwork.store import Store
+from tickwork.store.queues import QueueInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -319,6 +320,19 @@ class App(NodeMixin):
         if task.status is not Status.PAUSED:
             raise InvalidState(task_id, task.status.value, "pause")
         return task
+
+    def pause_queue(self, name: str) -> None:
+        """No task of queue ``name`` is claimed until it is resumed (runs going on finish).
+        Its tasks' slots wait: on resume the misfire policy decides about the late ones,
+        as for a paused task."""
+        self.store.set_queue_paused(validate.queue(name), True)
+
+    def resume_queue(self, name: str) -> None:
+        self.store.set_queue_paused(validate.queue(name), False)
+
+    def queues(self) -> list[QueueInfo]:
+        """Every queue in use or ever paused: paused or not, pending, due, running, oldest due."""
+        return self.store.queues()
 
     def resume(self, task_id: int, *, catch_up: bool = True) -> Task:
         """Resume a paused task. A paused task builds no backlog: the slots missed while

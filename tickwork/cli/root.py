@@ -6,7 +6,7 @@ import os
 
 import click
 
-from tickwork.cli import admin, edits, reports, retention, schedules, serve, tasks, worker
+from tickwork.cli import admin, edits, queues, reports, retention, schedules, serve, tasks, worker
 from tickwork.cli.common import set_up_logging
 
 
@@ -30,6 +30,7 @@ for _command in (
     tasks.tasks,
     tasks.executions,
     schedules.schedules,
+    queues.queues,
     reports.stats,
     reports.cron,
     retention.prune,

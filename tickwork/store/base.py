@@ -38,6 +38,7 @@ from tickwork.model import (
     TaskHeader,
 )
 from tickwork.store.insights import NameStats, NameStatsReport, QueueSample, RunningTask, RunPage, Throughput
+from tickwork.store.queues import QueueInfo
 
 __all__ = [
     "Claim",
@@ -46,6 +47,7 @@ __all__ = [
     "NewTask",
     "Outcome",
     "PruneCounts",
+    "QueueInfo",
     "QueueSample",
     "Renewal",
     "RunPage",
@@ -318,6 +320,14 @@ class Store(Protocol):
         ``window_s`` seconds: counts, the newest success, p50/p95 of duration and
         lateness. Looks at the newest ``limit`` executions at most (``truncated`` says
         the cap was reached); the busiest ``insights.MAX_NAMES`` names, busiest first."""
+        ...
+
+    def set_queue_paused(self, name: str, paused: bool) -> None:
+        """Pause or resume a queue: claims leave a paused queue's tasks alone."""
+        ...
+
+    def queues(self) -> list[QueueInfo]:
+        """Every queue in use or ever paused, by name, with what waits in it."""
         ...
 
     def sample_queue(self) -> None:

@@ -159,6 +159,7 @@ class PostgresDialect:
             "retention.sql",
             "edits.sql",
             "insights.sql",
+            "queues.sql",
             "postgres.sql",
             "postgres_retention.sql",
             "postgres_edits.sql",

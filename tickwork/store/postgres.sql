@@ -6,12 +6,12 @@
 
 -- name: next_due_at
 SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-WHERE status = 'PENDING' AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues));
+WHERE status = 'PENDING' AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused);
 
 -- name: claim_candidates
 SELECT id, version FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
-  AND (:all_queues OR queue = ANY(:queues))
+  AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
 ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
@@ -22,7 +22,7 @@ LIMIT :limit;
 WITH picked AS (
     SELECT id FROM tickwork_tasks
     WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
-      AND (:all_queues OR queue = ANY(:queues))
+      AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
     ORDER BY next_run_at, priority DESC, id
     LIMIT :limit
     FOR NO KEY UPDATE SKIP LOCKED
@@ -52,6 +52,7 @@ WITH candidate AS (
 ), locked AS (
     SELECT t.id FROM tickwork_tasks t JOIN candidate c ON c.id = t.id
     WHERE t.version = c.version AND t.status = 'PENDING'
+      AND t.queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)  -- paused since the read
     ORDER BY t.id
     FOR NO KEY UPDATE OF t SKIP LOCKED
 ), claimed AS (

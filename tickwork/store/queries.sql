@@ -27,7 +27,7 @@ WHERE key = :key AND status IN ('PENDING', 'RUNNING', 'PAUSED');
 -- Earliest dispatch time among the tasks this node can run (its names, its queues).
 SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
 WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names))
-  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)));
+  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues))) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused);
 
 -- name: claim_candidates
 -- Due tasks this node can run, best first; claimed one by one with claim_task.
@@ -35,6 +35,7 @@ SELECT id, version FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
   AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
+  AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
   AND id NOT IN (SELECT value FROM json_each(:exclude))
 ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
@@ -44,7 +45,7 @@ LIMIT :limit;
 UPDATE tickwork_tasks
 SET status = 'RUNNING', version = version + 1, lease_owner = :node,
     lease_expires_at = :lease_until, attempt = attempt + 1, updated_at = :now
-WHERE id = :id AND version = :version AND status = 'PENDING'
+WHERE id = :id AND version = :version AND status = 'PENDING' AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
 RETURNING *;
 
 -- name: fail_undecodable

@@ -1,10 +1,7 @@
-"""The store's domain operations, written once for every SQL database.
-
-``SQLStore`` is the facade of ``base.Store`` (see it for each contract): scheduling,
-reading and managing tasks, nodes and statistics here; the hot path of claims, leases
-and outcomes in ``runs``; rows decoded by ``rows`` and written by ``encoding``. A
-``Dialect`` (``dialect``) owns connections, transactions, value encoding, the query
-texts and the way its hot path writes (``hot``).
+"""The store's domain operations, written once for every SQL database: ``SQLStore``, the
+facade of ``base.Store`` (see it for each contract). The hot path (claims, leases,
+outcomes) is in ``runs``, rows are decoded by ``rows`` and written by ``encoding``; a
+``Dialect`` owns connections, transactions, value encoding, texts and its ``hot`` path.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ from tickwork.model import (
     Task,
     TaskHeader,
 )  # fmt: skip
-from tickwork.store import edits, encoding, insights, retention
+from tickwork.store import edits, encoding, insights, queues, retention
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 from tickwork.store.dialect import Dialect, Row, Session, iter_statements, notify
 from tickwork.store.rows import Decoder, header
@@ -295,10 +292,10 @@ class SQLStore:
     def end_execution(
         self, node: str, claim: Claim, status: ExecutionStatus, at: datetime, error: ErrorInfo | None, note: str | None
     ) -> bool:
-        d = self.dialect
-        params = encoding.early_end(d, node, claim, status, at, error, note)
-        with d.transaction() as s:
-            return s.execute("end_execution", params) > 0
+        with self.dialect.transaction() as s:
+            return (
+                s.execute("end_execution", encoding.early_end(self.dialect, node, claim, status, at, error, note)) > 0
+            )
 
     def note_execution(self, execution_id: int, text: str) -> None:
         with self.dialect.transaction() as s:
@@ -364,6 +361,12 @@ class SQLStore:
 
     def task_name_stats(self, window_s: float, limit: int, *, name: str | None = None) -> insights.NameStatsReport:
         return insights.name_stats(self.dialect, window_s, limit, name)
+
+    def set_queue_paused(self, name: str, paused: bool) -> None:
+        queues.set_paused(self.dialect, name, paused)
+
+    def queues(self) -> list[queues.QueueInfo]:
+        return queues.listed(self.dialect)
 
     def sample_queue(self) -> None:
         insights.sample_queue(self.dialect, *self.queue_depth())

@@ -61,7 +61,9 @@ class SQLiteDialect:
             raise StoreError("url='sqlite:///:memory:': workers and clients need a shared file")
         self.path = path
         self.clock = clock
-        self.texts = queries.load("queries.sql", "retention.sql", "edits.sql", "insights.sql", "sqlite.sql")
+        self.texts = queries.load(
+            "queries.sql", "retention.sql", "edits.sql", "insights.sql", "queues.sql", "sqlite.sql"
+        )
         # One statement per row inside one write transaction: in-process statements cost
         # no round trip, and the file lock taken at BEGIN makes read-then-write safe.
         self.hot_path: HotPath = RowByRow(self)

@@ -6,6 +6,7 @@ SELECT id, version FROM tickwork_tasks INDEXED BY tickwork_tasks_claim
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
   AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
+  AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
   AND id NOT IN (SELECT value FROM json_each(:exclude))
 ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;

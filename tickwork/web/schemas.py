@@ -343,3 +343,19 @@ class HealthOut(BaseModel):
     database: str
     schema_version: int | None = None
     reason: str | None = None
+
+
+class QueueOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str
+    paused: bool = Field(description="Paused: no task of it is claimed until it is resumed.")
+    changed_at: datetime | None = Field(description="When it was last paused or resumed.")
+    pending: int
+    due: int = Field(description="PENDING tasks due now: the queue's depth.")
+    running: int
+    oldest_due: datetime | None = Field(description="The oldest due task's dispatch time.")
+
+
+class QueueList(BaseModel):
+    items: list[QueueOut]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from tickwork.app import App
-from tickwork.web.api import actions, cluster, edits, executions, registry, schedules, tasks
+from tickwork.web.api import actions, cluster, edits, executions, queues, registry, schedules, tasks
 from tickwork.web.api.guards import guards
 from tickwork.web.api.params import known_query
 from tickwork.web.auth import Auth
@@ -35,6 +35,7 @@ def router(app: App, auth: Auth, db: Database) -> APIRouter:
     r.include_router(actions.run_now_router(app, db, write))
     r.include_router(executions.router(app, db, read))
     r.include_router(cluster.router(app, db, read))
+    r.include_router(queues.router(app, db, read, write))
     r.include_router(registry.router(app, read))
     r.include_router(schedules.router(app, db, write))
     return r

@@ -31,6 +31,7 @@ from tickwork.web.dashboard import (
     insights,
     login,
     overview,
+    queues,
     schedule_page,
     task_list,
     task_page,
@@ -51,6 +52,7 @@ def router(app: App, auth: Auth, db: Database) -> APIRouter:
     r.include_router(cancel_confirm.router(app, db, pages))
     r.include_router(task_page.router(app, db, pages))
     r.include_router(cluster.router(app, db, pages))
+    r.include_router(queues.router(app, db, pages))
     r.include_router(insights.router(app, db, pages))
     r.include_router(login.router(auth, db, pages))
     return r

@@ -1,0 +1,49 @@
+"""Queues as the store keeps them: which are paused (``tickwork_queues``; claims leave a
+paused queue's tasks alone, in the same statement that claims) and what waits in each
+(queries in queues.sql). A queue exists as soon as a task uses it; pausing one that no
+task uses yet is allowed (its first tasks then wait)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+from tickwork.store.dialect import Dialect, notify
+
+MAX_QUEUES = 1000
+"""Queues a listing returns at most."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueInfo:
+    name: str
+    paused: bool
+    changed_at: datetime | None
+    """When it was last paused or resumed (None: never)."""
+    pending: int
+    due: int
+    """PENDING tasks due now: the queue's depth."""
+    running: int
+    oldest_due: datetime | None
+    """The oldest due task's dispatch time (None: none due)."""
+
+
+def set_paused(d: Dialect, name: str, paused: bool) -> None:
+    """Pause or resume ``name``; a resume wakes the nodes (its tasks may be due now)."""
+    with d.transaction() as s:
+        s.execute("set_queue_paused", {"name": name, "paused": paused, "now": d.encode_time(d.approximate_now())})
+        if not paused:
+            notify(d, s, "due")
+
+
+def listed(d: Dialect) -> list[QueueInfo]:
+    with d.reader() as s:
+        rows = s.fetch_all("queue_rows", {"now": d.encode_time(d.approximate_now())})
+    return [
+        QueueInfo(
+            name=str(r["name"]), paused=bool(r["paused"]), changed_at=d.decode_time(r["changed_at"]),
+            pending=int(r["pending"] or 0), due=int(r["due"] or 0), running=int(r["running"] or 0),
+            oldest_due=d.decode_time(r["oldest"]),
+        )
+        for r in rows
+    ]  # fmt: skip

@@ -1,0 +1,25 @@
+-- Queues: which are paused, and what waits in each (store/queues.py).
+
+-- name: set_queue_paused
+INSERT INTO tickwork_queues (name, paused, changed_at) VALUES (:name, :paused, :now)
+ON CONFLICT (name) DO UPDATE SET paused = :paused, changed_at = :now;
+
+-- name: queue_rows
+-- Every queue a live task uses or that was paused or resumed, with its counts: PENDING
+-- tasks, those due now, the RUNNING ones, and the oldest due task's dispatch time.
+SELECT name, MAX(paused) AS paused, MAX(changed_at) AS changed_at,
+       SUM(pending) AS pending, SUM(due) AS due, SUM(running) AS running, MIN(oldest) AS oldest
+FROM (
+    SELECT queue AS name, 0 AS paused, NULL AS changed_at,
+           SUM(CASE WHEN status = 'PENDING' THEN 1 ELSE 0 END) AS pending,
+           SUM(CASE WHEN status = 'PENDING' AND next_run_at <= :now THEN 1 ELSE 0 END) AS due,
+           SUM(CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END) AS running,
+           MIN(CASE WHEN status = 'PENDING' AND next_run_at <= :now THEN next_run_at END) AS oldest
+    FROM tickwork_tasks WHERE status IN ('PENDING', 'RUNNING', 'PAUSED')
+    GROUP BY queue
+    UNION ALL
+    SELECT name, CASE WHEN paused THEN 1 ELSE 0 END, changed_at, 0, 0, 0, NULL FROM tickwork_queues
+) AS q
+GROUP BY name
+ORDER BY name
+LIMIT 1000;
