@@ -1078,6 +1078,9 @@ class FakeStore:
                 ))  # fmt: skip
             return out
 
+    def due_by_queue(self) -> dict[str, tuple[int, datetime | None]]:
+        return {q.name: (q.due, q.oldest_due) for q in self.queues() if q.due}
+
     def _paused(self, queue: str) -> bool:
         return self._paused_queues.get(queue, (False, None))[0]
 

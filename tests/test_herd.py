@@ -54,13 +54,19 @@ def test_jitter_spreads_one_cron_slot_over_its_window_without_moving_the_slot(sq
 
 
 def scrape(collector: QueueCollector) -> dict[str, float]:
+    """Each sample by name, and by name{queue} for the labelled ones."""
     registry = CollectorRegistry()
     registry.register(collector)
     text = generate_latest(registry).decode()
-    return {f.name: f.samples[0].value for f in text_string_to_metric_families(text)}
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            queue = sample.labels.get("queue")
+            samples[f"{sample.name}{{{queue}}}" if queue else sample.name] = sample.value
+    return samples
 
 
-def test_queue_gauges_report_a_known_state(store_url: str) -> None:
+def test_queue_gauges_report_a_known_state_per_queue(store_url: str) -> None:
     app = App(store_url)
 
     @app.task(name="t.job")
@@ -69,17 +75,19 @@ def test_queue_gauges_report_a_known_state(store_url: str) -> None:
     try:
         collector = QueueCollector(lambda: app.store)
         assert scrape(collector) == {
-            "tickwork_queue_depth": 0,
-            "tickwork_queue_oldest_age_seconds": 0,
+            "tickwork_queue_depth{default}": 0,  # always there, so a query of it finds data
+            "tickwork_queue_oldest_age_seconds{default}": 0,
             "tickwork_nodes": 0,
         }
         now = app.store.now()
         app.schedule_many([{"task": "t.job", "at": now - timedelta(seconds=s)} for s in (40, 20, 10)])
+        app.schedule("t.job", at=now - timedelta(seconds=5), queue="emails")
         app.schedule("t.job", delay=3600)
         app.store.claim("n1", ["t.job"], 1, 30.0)  # the 40 s one is claimed: no longer queued
         gauges = scrape(collector)
-        assert gauges["tickwork_queue_depth"] == 2
-        assert 20 <= gauges["tickwork_queue_oldest_age_seconds"] < 30
+        assert gauges["tickwork_queue_depth{default}"] == 2 and gauges["tickwork_queue_depth{emails}"] == 1
+        assert 20 <= gauges["tickwork_queue_oldest_age_seconds{default}"] < 30
+        assert 5 <= gauges["tickwork_queue_oldest_age_seconds{emails}"] < 15
     finally:
         app.close()
 

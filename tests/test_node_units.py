@@ -34,7 +34,7 @@ class RecordingStats:
     def run_started(self, task: str, late_by: float) -> None:
         self.events.append(("started", task))
 
-    def run_ended(self, task: str, status: str, seconds: float | None) -> None:
+    def run_ended(self, task: str, status: str, seconds: float | None, queue: str = "default") -> None:
         self.events.append(("ended", status))
 
     def stale_write(self, write: str) -> None:

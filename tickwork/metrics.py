@@ -47,7 +47,9 @@ PRUNED = Counter(
 for _kind in ("executions", "tasks"):
     PRUNED.labels(kind=_kind)
 RUNS = Counter(
-    "tickwork_task_runs", "Runs recorded by this node, by task name and execution status.", ["task", "status"]
+    "tickwork_task_runs",
+    "Runs recorded by this node, by task name, execution status and queue.",
+    ["task", "status", "queue"],
 )
 DURATION = Histogram(
     "tickwork_task_duration_seconds",
@@ -74,14 +76,14 @@ class PrometheusStats:
     second would pay on each."""
 
     def __init__(self) -> None:
-        self._runs: dict[tuple[str, str], Any] = {}
+        self._runs: dict[tuple[str, str, str], Any] = {}
         self._durations: dict[str, Any] = {}
         self._lateness: dict[str, Any] = {}
 
-    def run_ended(self, task: str, status: str, seconds: float | None) -> None:
-        counter = self._runs.get((task, status))
+    def run_ended(self, task: str, status: str, seconds: float | None, queue: str = "default") -> None:
+        counter = self._runs.get((task, status, queue))
         if counter is None:
-            counter = self._runs[(task, status)] = RUNS.labels(task=task, status=status)
+            counter = self._runs[(task, status, queue)] = RUNS.labels(task=task, status=status, queue=queue)
         counter.inc()
         if seconds is not None:
             histogram = self._durations.get(task)
@@ -111,6 +113,13 @@ class PrometheusStats:
         PRUNED.labels(kind=kind).inc(count)
 
 
+DEPTH_HELP = "Tasks due and not claimed by any node, by queue (sum() for the whole cluster)."
+AGE_HELP = (
+    "Seconds since the oldest due, unclaimed task of the queue came due (0 when none is): scale out its worker "
+    "group when it grows."
+)
+
+
 class QueueCollector(Collector):
     """Queue gauges computed from the store when scraped."""
 
@@ -119,25 +128,27 @@ class QueueCollector(Collector):
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         """The gauges' names, without a value: registering must not open the store."""
-        yield GaugeMetricFamily("tickwork_queue_depth", "Tasks due and not claimed by any node.")
-        yield GaugeMetricFamily("tickwork_queue_oldest_age_seconds", "Seconds since the oldest due task came due.")
+        yield GaugeMetricFamily("tickwork_queue_depth", DEPTH_HELP, labels=["queue"])
+        yield GaugeMetricFamily("tickwork_queue_oldest_age_seconds", AGE_HELP, labels=["queue"])
         yield GaugeMetricFamily("tickwork_nodes", "Worker node rows.")
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
             store = self._store()
-            depth, oldest = store.queue_depth()
-            age = 0.0 if oldest is None else max(0.0, (store.approximate_now() - oldest).total_seconds())
+            by_queue = store.due_by_queue()
+            now = store.approximate_now()
             nodes = len(store.list_nodes())
         except Exception:  # a scrape must not fail because the database is away
             log.warning("queue metrics unavailable", exc_info=True)
             return
-        yield GaugeMetricFamily("tickwork_queue_depth", "Tasks due and not claimed by any node.", value=depth)
-        yield GaugeMetricFamily(
-            "tickwork_queue_oldest_age_seconds",
-            "Seconds since the oldest due, unclaimed task came due (0 when none is): scale out when it grows.",
-            value=age,
-        )
+        depth = GaugeMetricFamily("tickwork_queue_depth", DEPTH_HELP, labels=["queue"])
+        age = GaugeMetricFamily("tickwork_queue_oldest_age_seconds", AGE_HELP, labels=["queue"])
+        # "default" always has a series (0 when empty): a query of it never finds no data.
+        for queue, (due, oldest) in sorted({"default": (0, None), **by_queue}.items()):
+            depth.add_metric([queue], due)
+            age.add_metric([queue], 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
+        yield depth
+        yield age
         yield GaugeMetricFamily(
             "tickwork_nodes",
             "Worker node rows: nodes that heartbeat (dead ones are pruned after 3 leases).",

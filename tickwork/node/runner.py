@@ -204,7 +204,7 @@ class Runner:
                 log_ended(run.claim, outcome)
                 started = run.started_at
                 took = None if started is None else max(0.0, (outcome.finished_at - started).total_seconds())
-                self.stats.run_ended(run.claim.task.name, outcome.status.value, took)
+                self.stats.run_ended(run.claim.task.name, outcome.status.value, took, run.claim.task.queue)
                 if events.wanted:  # no payloads built for nobody
                     for event, payload in for_outcome(run.claim, outcome, self.node_id):
                         events.emit(event, payload)

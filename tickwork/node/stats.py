@@ -17,8 +17,8 @@ class NodeStats(Protocol):
     def run_started(self, task: str, late_by: float) -> None:
         """A run of ``task`` started ``late_by`` seconds after it came due."""
 
-    def run_ended(self, task: str, status: str, seconds: float | None) -> None:
-        """A run's result was written: its execution status and how long it ran."""
+    def run_ended(self, task: str, status: str, seconds: float | None, queue: str = "default") -> None:
+        """A run's result was written: its execution status, how long it ran, its queue."""
 
     def stale_write(self, write: str) -> None:
         """A fenced write matched nothing: ``"heartbeat"`` or ``"result"``."""
@@ -42,7 +42,7 @@ class NoStats:
     def run_started(self, task: str, late_by: float) -> None:
         pass
 
-    def run_ended(self, task: str, status: str, seconds: float | None) -> None:
+    def run_ended(self, task: str, status: str, seconds: float | None, queue: str = "default") -> None:
         pass
 
     def stale_write(self, write: str) -> None:

@@ -326,6 +326,10 @@ class Store(Protocol):
         """Pause or resume a queue: claims leave a paused queue's tasks alone."""
         ...
 
+    def due_by_queue(self) -> dict[str, tuple[int, datetime | None]]:
+        """Queue -> (due PENDING tasks, the oldest one's dispatch time), queues with any."""
+        ...
+
     def queues(self) -> list[QueueInfo]:
         """Every queue in use or ever paused, by name, with what waits in it."""
         ...

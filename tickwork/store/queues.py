@@ -36,6 +36,12 @@ def set_paused(d: Dialect, name: str, paused: bool) -> None:
             notify(d, s, "due")
 
 
+def due_by_queue(d: Dialect) -> dict[str, tuple[int, datetime | None]]:
+    with d.reader() as s:
+        rows = s.fetch_all("due_by_queue", {"now": d.encode_time(d.approximate_now())})
+    return {str(r["queue"]): (int(r["due"]), d.decode_time(r["oldest"])) for r in rows}
+
+
 def listed(d: Dialect) -> list[QueueInfo]:
     with d.reader() as s:
         rows = s.fetch_all("queue_rows", {"now": d.encode_time(d.approximate_now())})

@@ -4,6 +4,15 @@
 INSERT INTO tickwork_queues (name, paused, changed_at) VALUES (:name, :paused, :now)
 ON CONFLICT (name) DO UPDATE SET paused = :paused, changed_at = :now;
 
+-- name: due_by_queue
+-- The queue gauges: due PENDING tasks per queue and the oldest one's dispatch time (a
+-- walk of the due part of the claim index, whatever lies in the future).
+SELECT queue, COUNT(*) AS due, MIN(next_run_at) AS oldest FROM tickwork_tasks
+WHERE status = 'PENDING' AND next_run_at <= :now
+GROUP BY queue
+ORDER BY queue
+LIMIT 1000;
+
 -- name: queue_rows
 -- Every queue a live task uses or that was paused or resumed, with its counts: PENDING
 -- tasks, those due now, the RUNNING ones, and the oldest due task's dispatch time.

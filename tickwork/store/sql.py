@@ -324,9 +324,7 @@ class SQLStore:
         d = self.dialect
         with d.reader() as s:
             row = s.fetch_one("queue_depth", {"now": d.encode_time(d.approximate_now())})
-        if row is None:
-            return 0, None
-        return int(row["depth"]), d.decode_time(row["oldest"])
+        return (0, None) if row is None else (int(row["depth"]), d.decode_time(row["oldest"]))
 
     def stats(self) -> Stats:
         d = self.dialect
@@ -364,6 +362,9 @@ class SQLStore:
 
     def set_queue_paused(self, name: str, paused: bool) -> None:
         queues.set_paused(self.dialect, name, paused)
+
+    def due_by_queue(self) -> dict[str, tuple[int, datetime | None]]:
+        return queues.due_by_queue(self.dialect)
 
     def queues(self) -> list[queues.QueueInfo]:
         return queues.listed(self.dialect)
