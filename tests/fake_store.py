@@ -785,6 +785,7 @@ class FakeStore:
         offset: int = 0,
         kind: Kind | None = None,
         newest_first: bool = False,
+        queue: str | None = None,
     ) -> list[Task]:
         with self._lock:
             found = [
@@ -793,6 +794,7 @@ class FakeStore:
                 if (status is None or t.status is status)
                 and (name is None or t.name == name)
                 and (kind is None or t.kind is kind)
+                and (queue is None or t.queue == queue)
             ]
             if newest_first:
                 found.reverse()  # ids only grow: the dict's order is id order

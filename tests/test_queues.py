@@ -223,3 +223,16 @@ def test_queues_over_http_and_on_the_dashboard(api: Any, web_app: App) -> None:
     done = page.post("/queues/resume", data={"name": "emails", "csrf": csrf_of(shown)}, follow_redirects=False)
     assert done.status_code == 303 and not web_app.queues()[0].paused
     assert page.post("/queues/pause", data={"name": "<b>x</b>", "csrf": csrf_of(shown)}).status_code == 422
+
+
+def test_tasks_are_listed_by_queue(store_url: str) -> None:
+    app = App(store_url)
+    app.task(name="t.q", context=False)(print)
+    here = app.schedule("t.q", delay=60, queue="emails")
+    app.schedule("t.q", delay=60)
+    assert [t.id for t in app.tasks(queue="emails")] == [here.id]
+    assert len(app.tasks()) == 2 and app.tasks(queue="none") == []
+    with pytest.raises(InvalidInput) as refused:
+        app.tasks(queue="no spaces")
+    assert refused.value.field == "queue"
+    app.close()

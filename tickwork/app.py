@@ -273,6 +273,7 @@ class App(NodeMixin):
         offset: int = 0,
         kind: Kind | str | None = None,
         newest_first: bool = False,
+        queue: str | None = None,
     ) -> list[Task]:
         """Tasks in id order (``newest_first``: the reverse), filtered, one page."""
         validate.offset(offset)
@@ -281,6 +282,7 @@ class App(NodeMixin):
         return self.store.list_tasks(
             status=status_, name=name, limit=validate.limit(limit), offset=offset, kind=kind_,
             newest_first=validate.flag("newest_first", newest_first),
+            **({} if queue is None else {"queue": validate.queue(queue)}),
         )  # fmt: skip
 
     def executions(

@@ -15,7 +15,6 @@ from typing import Any
 import click
 from rich.table import Table
 
-from tickwork.app import App
 from tickwork.cli import common
 from tickwork.cli.common import BadInput, both_zones, client, errors_as_messages, json_option, print_json
 from tickwork.cli.shown import fit_columns, seconds_text, wrapped
@@ -84,18 +83,21 @@ def _print(line: str) -> None:
 @click.option("--status", type=Named(Status), help="Only tasks in this status.")
 @click.option("--kind", type=Named(Kind), help="Only one-time or only recurring tasks.")
 @click.option("--name", help="Only tasks of this task name.")
+@click.option("--queue", help="Only tasks of this queue.")
 @click.option("--limit", default=50, show_default=True, type=Whole(1, 10_000), help="At most this many tasks.")
 @click.option("--offset", default=0, show_default=True, type=Whole(0), help="Skip this many (newest first).")
 @json_option("Print the tasks as one JSON list (Task fields).")
 @click.pass_context
 @errors_as_messages
 def tasks_list(
-    ctx: click.Context, status: Status | None, kind: Kind | None, name: str | None, limit: int, offset: int,
-    as_json: bool,
+    ctx: click.Context, status: Status | None, kind: Kind | None, name: str | None, queue: str | None, limit: int,
+    offset: int, as_json: bool,
 ) -> None:  # fmt: skip
     """List tasks, newest first, one line each (the schedule tells the kind: "once" for
     a one-time task)."""
-    rows = newest_first(client(ctx), status=status, kind=kind, name=name, limit=limit, offset=offset)
+    rows = client(ctx).tasks(
+        status=status, kind=kind, name=name, queue=queue, limit=limit, offset=offset, newest_first=True
+    )
     if as_json:
         print_json([t.to_dict() for t in rows])
         return
@@ -105,13 +107,6 @@ def tasks_list(
         _print(line)
     if not rows:
         _print("no tasks" + (" on this page" if offset else ""))
-
-
-def newest_first(
-    app: App, *, status: Status | None, kind: Kind | None, name: str | None, limit: int, offset: int
-) -> list[Task]:
-    """A page of tasks, newest first, of one kind if given."""
-    return app.tasks(status=status, kind=kind, name=name, limit=limit, offset=offset, newest_first=True)
 
 
 def _list_row(t: Task) -> list[str]:

@@ -197,9 +197,10 @@ class Store(Protocol):
         offset: int = 0,
         kind: Kind | None = None,
         newest_first: bool = False,
+        queue: str | None = None,
     ) -> list[Task]:
-        """Tasks filtered by status, name and kind, in id order (``newest_first``: the
-        reverse), one page."""
+        """Tasks filtered by status, name, kind and queue, in id order (``newest_first``:
+        the reverse), one page."""
         ...
 
     def task_headers(

@@ -72,14 +72,14 @@ SELECT * FROM claimed;
 -- name: list_tasks
 SELECT * FROM tickwork_tasks
 WHERE (:status::text IS NULL OR status = :status::text) AND (:name::text IS NULL OR name = :name::text)
-  AND (:kind::text IS NULL OR kind = :kind::text)
+  AND (:kind::text IS NULL OR kind = :kind::text) AND (:queue::text IS NULL OR queue = :queue::text)
 ORDER BY id
 LIMIT :limit OFFSET :offset;
 
 -- name: list_tasks_newest
 SELECT * FROM tickwork_tasks
 WHERE (:status::text IS NULL OR status = :status::text) AND (:name::text IS NULL OR name = :name::text)
-  AND (:kind::text IS NULL OR kind = :kind::text)
+  AND (:kind::text IS NULL OR kind = :kind::text) AND (:queue::text IS NULL OR queue = :queue::text)
 ORDER BY id DESC
 LIMIT :limit OFFSET :offset;
 

@@ -179,7 +179,7 @@ SELECT * FROM tickwork_tasks WHERE id = :id;
 -- name: list_tasks
 SELECT * FROM tickwork_tasks
 WHERE (:status IS NULL OR status = :status) AND (:name IS NULL OR name = :name)
-  AND (:kind IS NULL OR kind = :kind)
+  AND (:kind IS NULL OR kind = :kind) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id
 LIMIT :limit OFFSET :offset;
 
@@ -188,7 +188,7 @@ LIMIT :limit OFFSET :offset;
 -- walked backwards, stopping at the page.
 SELECT * FROM tickwork_tasks
 WHERE (:status IS NULL OR status = :status) AND (:name IS NULL OR name = :name)
-  AND (:kind IS NULL OR kind = :kind)
+  AND (:kind IS NULL OR kind = :kind) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
 LIMIT :limit OFFSET :offset;
 

@@ -182,10 +182,11 @@ class SQLStore:
         offset: int = 0,
         kind: Kind | None = None,
         newest_first: bool = False,
+        queue: str | None = None,
     ) -> list[Task]:
         params = {
             "status": status.value if status else None, "name": name, "kind": kind.value if kind else None,
-            "limit": limit, "offset": offset,
+            "limit": limit, "offset": offset, "queue": queue,
         }  # fmt: skip
         query = "list_tasks_newest" if newest_first else "list_tasks"
         with self.dialect.reader() as s:
