@@ -1080,6 +1080,10 @@ class FakeStore:
                 ))  # fmt: skip
             return out
 
+    def paused_queues(self) -> set[str]:
+        with self._lock:
+            return {name for name, (paused, _) in self._paused_queues.items() if paused}
+
     def due_by_queue(self) -> dict[str, tuple[int, datetime | None]]:
         return {q.name: (q.due, q.oldest_due) for q in self.queues() if q.due}
 

@@ -236,3 +236,28 @@ def test_tasks_are_listed_by_queue(store_url: str) -> None:
         app.tasks(queue="no spaces")
     assert refused.value.field == "queue"
     app.close()
+
+
+def test_why_a_due_task_waits_is_told_by_python_the_cli_the_api_and_the_dashboard(
+    api: Any, web_app: App, store_url: str
+) -> None:
+    from tests.test_dashboard_schedule import signed_in
+
+    task = web_app.schedule("web.ok", queue="emails")
+    later = web_app.schedule("web.ok", queue="emails", delay=3600)
+    assert web_app.why_waiting(task) is None  # nothing holds it back
+    web_app.pause_queue("emails")
+    wait_for(lambda: web_app.get(task.id).next_run_at <= web_app.store.now(), timeout=10)
+    assert web_app.why_waiting(web_app.get(task.id)) == "queue emails is paused"
+    assert web_app.why_waiting(later) is None  # not due: not waiting
+    assert api.get(f"{V1}/tasks/{task.id}", headers=AUTH).json()["waiting"] == "queue emails is paused"
+    assert api.get(f"{V1}/tasks/{later.id}", headers=AUTH).json()["waiting"] is None
+    page = signed_in(api).get(f"/tasks/{task.id}").text
+    assert 'id="task-waiting"' in page and "queue emails is paused" in page
+    if store_url.startswith("sqlite"):
+        command = [sys.executable, "-m", "tickwork.cli", "tasks", "show", str(task.id)]
+        shown = subprocess.run(command, cwd=ROOT, env={**os.environ, "TICKWORK_DB": store_url},
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert "waiting: queue emails is paused" in shown.stdout, shown.stderr
+    web_app.resume_queue("emails")
+    assert web_app.why_waiting(web_app.get(task.id)) is None

@@ -332,6 +332,12 @@ class App(NodeMixin):
     def resume_queue(self, name: str) -> None:
         self.store.set_queue_paused(validate.queue(name), False)
 
+    def why_waiting(self, task: Task) -> str | None:
+        """Why a due PENDING task is not running (None: it is not held back)."""
+        if task.status is not Status.PENDING or task.next_run_at > self.store.approximate_now():
+            return None
+        return f"queue {task.queue} is paused" if task.queue in self.store.paused_queues() else None
+
     def queues(self) -> list[QueueInfo]:
         """Every queue in use or ever paused: paused or not, pending, due, running, oldest due."""
         return self.store.queues()

@@ -132,7 +132,8 @@ def tasks_show(ctx: click.Context, task_id: int, tracebacks: bool, runs: int, as
     upcoming = [] if task.status.is_terminal else task.next_fire_times(5)
     latest = app.executions(task_id, limit=runs)
     if as_json:
-        body = {"task": task.to_dict(), "next_fire_times": [w.isoformat() for w in upcoming]}
+        body: dict[str, object] = {"task": task.to_dict(), "next_fire_times": [w.isoformat() for w in upcoming]}
+        body["waiting"] = app.why_waiting(task)
         print_json({**body, "executions": [execution_dict(e) for e in latest]})
         return
     table = Table(show_header=False)
@@ -150,6 +151,8 @@ def tasks_show(ctx: click.Context, task_id: int, tracebacks: bool, runs: int, as
     if task.last_decision:
         for line in wrapped(f"last decision: {task.last_decision}", _width()):
             _print(line)
+    if (why := app.why_waiting(task)) is not None:
+        _print(f"waiting: {why}")
     if latest:
         _print("latest runs:")
         print_runs(latest, tracebacks)

@@ -327,6 +327,10 @@ class Store(Protocol):
         """Pause or resume a queue: claims leave a paused queue's tasks alone."""
         ...
 
+    def paused_queues(self) -> set[str]:
+        """The queues paused now."""
+        ...
+
     def due_by_queue(self) -> dict[str, tuple[int, datetime | None]]:
         """Queue -> (due PENDING tasks, the oldest one's dispatch time), queues with any."""
         ...

@@ -36,6 +36,11 @@ def set_paused(d: Dialect, name: str, paused: bool) -> None:
             notify(d, s, "due")
 
 
+def paused(d: Dialect) -> set[str]:
+    with d.reader() as s:
+        return {str(r["name"]) for r in s.fetch_all("paused_queues", {})}
+
+
 def due_by_queue(d: Dialect) -> dict[str, tuple[int, datetime | None]]:
     with d.reader() as s:
         rows = s.fetch_all("due_by_queue", {"now": d.encode_time(d.approximate_now())})
@@ -53,3 +58,21 @@ def listed(d: Dialect) -> list[QueueInfo]:
         )
         for r in rows
     ]  # fmt: skip
+
+
+class QueueOps:
+    """The queue operations of ``SQLStore`` (a part of it, on its ``dialect``)."""
+
+    dialect: Dialect
+
+    def set_queue_paused(self, name: str, paused: bool) -> None:
+        set_paused(self.dialect, name, paused)
+
+    def paused_queues(self) -> set[str]:
+        return paused(self.dialect)
+
+    def due_by_queue(self) -> dict[str, tuple[int, datetime | None]]:
+        return due_by_queue(self.dialect)
+
+    def queues(self) -> list[QueueInfo]:
+        return listed(self.dialect)

@@ -4,6 +4,9 @@
 INSERT INTO tickwork_queues (name, paused, changed_at) VALUES (:name, :paused, :now)
 ON CONFLICT (name) DO UPDATE SET paused = :paused, changed_at = :now;
 
+-- name: paused_queues
+SELECT name FROM tickwork_queues WHERE paused ORDER BY name LIMIT 1000;
+
 -- name: due_by_queue
 -- The queue gauges: due PENDING tasks per queue and the oldest one's dispatch time (a
 -- walk of the due part of the claim index, whatever lies in the future).

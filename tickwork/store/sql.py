@@ -28,9 +28,10 @@ from tickwork.model import (
     Task,
     TaskHeader,
 )  # fmt: skip
-from tickwork.store import edits, encoding, insights, queues, retention
+from tickwork.store import edits, encoding, insights, retention
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 from tickwork.store.dialect import Dialect, Row, Session, iter_statements, notify
+from tickwork.store.queues import QueueOps
 from tickwork.store.rows import Decoder, header
 from tickwork.store.runs import Runs, queue_params
 
@@ -40,7 +41,7 @@ __all__ = ["Dialect", "Row", "SQLStore", "Session", "iter_statements"]
 RECENT_RUNS_WINDOW = 200_000
 
 
-class SQLStore:
+class SQLStore(QueueOps):
     def __init__(self, dialect: Dialect, claim: str | None = None) -> None:
         self.dialect = dialect
         self.claim_strategy = claim or dialect.strategies[0]
@@ -360,15 +361,6 @@ class SQLStore:
 
     def task_name_stats(self, window_s: float, limit: int, *, name: str | None = None) -> insights.NameStatsReport:
         return insights.name_stats(self.dialect, window_s, limit, name)
-
-    def set_queue_paused(self, name: str, paused: bool) -> None:
-        queues.set_paused(self.dialect, name, paused)
-
-    def due_by_queue(self) -> dict[str, tuple[int, datetime | None]]:
-        return queues.due_by_queue(self.dialect)
-
-    def queues(self) -> list[queues.QueueInfo]:
-        return queues.listed(self.dialect)
 
     def sample_queue(self) -> None:
         insights.sample_queue(self.dialect, *self.queue_depth())

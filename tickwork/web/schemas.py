@@ -200,6 +200,9 @@ class TaskOut(BaseModel):
     replan_run_at: datetime | None
     max_lost: int = Field(description="Lost runs (node died) run again in a row before one counts as a failure.")
     queue: str = Field(description="The queue it is claimed from.")
+    waiting: str | None = Field(
+        None, description="Why a due task is not running, e.g. its queue is paused (GET /tasks/{id} only)."
+    )
     lost_runs: int = Field(description="Lost runs of the current slot run again so far (reset by any other end).")
 
 

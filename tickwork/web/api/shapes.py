@@ -20,6 +20,15 @@ def task_out(task: Task) -> TaskOut:
     return TaskOut.model_validate(task)
 
 
+def with_waiting(app: App, found: Task | Undecodable) -> AnyTaskOut:
+    """One task's JSON, with why it waits if it is due and held back (a read per task:
+    the single task's answer only)."""
+    shown = any_task(found)
+    if isinstance(shown, TaskOut) and isinstance(found, Task):
+        shown.waiting = app.why_waiting(found)
+    return shown
+
+
 def showable(app: App, task_id: int, operation: str) -> None:
     """Refuse (409) an operation on a task this API cannot show: a row that cannot be
     decoded, or whose values do not fit the task's shape. Nothing is changed."""

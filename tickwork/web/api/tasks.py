@@ -10,7 +10,7 @@ from tickwork.app import App
 from tickwork.model import Status
 from tickwork.web import reading
 from tickwork.web.api.params import Limit, TaskId
-from tickwork.web.api.shapes import any_task, task_out
+from tickwork.web.api.shapes import any_task, task_out, with_waiting
 from tickwork.web.database import Database
 from tickwork.web.errors import responses
 from tickwork.web.listing import find_tasks
@@ -90,6 +90,6 @@ def router(app: App, db: Database, read: Any, write: Any) -> APIRouter:
     )
     @guard
     def get_task(task_id: TaskId) -> AnyTaskOut:
-        return any_task(reading.task(app, task_id))
+        return with_waiting(app, reading.task(app, task_id))
 
     return r

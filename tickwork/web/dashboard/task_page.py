@@ -137,6 +137,7 @@ def show_task(
         name_reports=insights.name_reports(app, task.name),
         parent=_parent(app, task),
         notice=notice,
+        waiting=app.why_waiting(task),
         error=error,
         actions=_actions(task),
         editable=not task.status.is_terminal,
