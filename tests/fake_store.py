@@ -1064,11 +1064,11 @@ class FakeStore:
             if not paused:
                 self._notify("due")
 
-    def queues(self) -> list[QueueInfo]:
+    def queues(self, name: str | None = None) -> list[QueueInfo]:
         now = self._now()
         with self._lock:
             live = [t for t in self._tasks.values() if t.status in LIVE]
-            names = sorted({t.queue for t in live} | set(self._paused_queues))
+            names = sorted(n for n in {t.queue for t in live} | set(self._paused_queues) if name in (None, n))
             out = []
             for name in names[:1000]:
                 mine = [t for t in live if t.queue == name]
@@ -1085,7 +1085,7 @@ class FakeStore:
             return {name for name, (paused, _) in self._paused_queues.items() if paused}
 
     def due_by_queue(self) -> dict[str, tuple[int, datetime | None]]:
-        return {q.name: (q.due, q.oldest_due) for q in self.queues() if q.due}
+        return {q.name: (q.due, q.oldest_due) for q in self.queues() if q.due and not q.paused}
 
     def _paused(self, queue: str) -> bool:
         return self._paused_queues.get(queue, (False, None))[0]

@@ -228,7 +228,7 @@ def test_the_worker_starts_with_the_deployment_command_line(monkeypatch: pytest.
         return FakeApp()
 
     monkeypatch.setattr(cli, "load_app", load_app)
-    monkeypatch.setattr(cli, "watch_queue", lambda store: calls.setdefault("watch_queue", True))
+    monkeypatch.setattr(cli, "watch_queue", lambda store, queues=(): calls.setdefault("watch_queue", list(queues)))
     monkeypatch.setattr(cli, "serve_metrics", lambda port, host: calls.setdefault("serve_metrics", (port, host)))
     result = CliRunner().invoke(main, argv[1:], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -237,5 +237,7 @@ def test_the_worker_starts_with_the_deployment_command_line(monkeypatch: pytest.
     assert calls["app"] == argv[2]
     assert calls["run_worker"]["concurrency"] == low
     assert calls["run_worker"]["max_concurrency"] == high
-    assert calls["watch_queue"]  # the queue gauges are exported, not only the node's own metrics
+    # The queue gauges are exported, not only the node's own metrics, with a series for the
+    # worker group's queue, which is the one its autoscaler's selector reads.
+    assert calls["watch_queue"] == calls["run_worker"]["queues"] == [option_value(argv, "--queues")]
     assert calls["serve_metrics"] == (int(option_value(argv, "--metrics-port")), "0.0.0.0")

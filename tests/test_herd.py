@@ -88,6 +88,12 @@ def test_queue_gauges_report_a_known_state_per_queue(store_url: str) -> None:
         assert gauges["tickwork_queue_depth{default}"] == 2 and gauges["tickwork_queue_depth{emails}"] == 1
         assert 20 <= gauges["tickwork_queue_oldest_age_seconds{default}"] < 30
         assert 5 <= gauges["tickwork_queue_oldest_age_seconds{emails}"] < 15
+        app.pause_queue("emails")  # not claimable: no backlog to scale out for
+        assert "tickwork_queue_depth{emails}" not in scrape(collector)
+        served = QueueCollector(lambda: app.store, ["emails", "reports"])
+        gauges = scrape(served)  # a node's served queues always have a series, 0 when empty
+        assert (gauges["tickwork_queue_depth{emails}"], gauges["tickwork_queue_depth{reports}"]) == (0, 0)
+        assert gauges["tickwork_queue_depth{default}"] == 2
     finally:
         app.close()
 

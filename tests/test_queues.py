@@ -261,3 +261,14 @@ def test_why_a_due_task_waits_is_told_by_python_the_cli_the_api_and_the_dashboar
         assert "waiting: queue emails is paused" in shown.stdout, shown.stderr
     web_app.resume_queue("emails")
     assert web_app.why_waiting(web_app.get(task.id)) is None
+
+
+@pytest.mark.parametrize("given", ["emails", [], ["ok", "bad name"], 7])
+def test_a_node_refuses_queues_that_are_not_a_list_of_names(sqlite_url: str, given: object) -> None:
+    app = App(sqlite_url)
+    app.task(name="t.q", context=False)(print)
+    with pytest.raises(InvalidInput) as refused:
+        app.worker(queues=given)  # type: ignore[arg-type]
+    assert refused.value.field in ("queues", "queue")
+    assert app.worker(queues=("b", "a", "b")).queues == ["a", "b"]
+    app.close()

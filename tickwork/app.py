@@ -338,9 +338,10 @@ class App(NodeMixin):
             return None
         return f"queue {task.queue} is paused" if task.queue in self.store.paused_queues() else None
 
-    def queues(self) -> list[QueueInfo]:
-        """Every queue in use or ever paused: paused or not, pending, due, running, oldest due."""
-        return self.store.queues()
+    def queues(self, name: str | None = None) -> list[QueueInfo]:
+        """Every queue in use or ever paused (or only ``name``): paused or not, pending, due,
+        running, oldest due."""
+        return self.store.queues(None if name is None else validate.queue(name))
 
     def resume(self, task_id: int, *, catch_up: bool = True) -> Task:
         """Resume a paused task. A paused task builds no backlog: the slots missed while

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
@@ -123,8 +123,11 @@ AGE_HELP = (
 class QueueCollector(Collector):
     """Queue gauges computed from the store when scraped."""
 
-    def __init__(self, store: Callable[[], Store]) -> None:
+    def __init__(self, store: Callable[[], Store], queues: Iterable[str] = ()) -> None:
         self._store = store
+        self._served = {"default", *queues}
+        """Queues that always have a series (0 when empty), so that a worker group's
+        autoscaler query finds data, and scales down, once its backlog is gone."""
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         """The gauges' names, without a value: registering must not open the store."""
@@ -143,8 +146,7 @@ class QueueCollector(Collector):
             return
         depth = GaugeMetricFamily("tickwork_queue_depth", DEPTH_HELP, labels=["queue"])
         age = GaugeMetricFamily("tickwork_queue_oldest_age_seconds", AGE_HELP, labels=["queue"])
-        # "default" always has a series (0 when empty): a query of it never finds no data.
-        for queue, (due, oldest) in sorted({"default": (0, None), **by_queue}.items()):
+        for queue, (due, oldest) in sorted({**dict.fromkeys(self._served, (0, None)), **by_queue}.items()):
             depth.add_metric([queue], due)
             age.add_metric([queue], 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
         yield depth
@@ -160,13 +162,14 @@ _collector_lock = threading.Lock()
 _collector: QueueCollector | None = None
 
 
-def watch_queue(store: Callable[[], Store]) -> None:
+def watch_queue(store: Callable[[], Store], queues: Iterable[str] = ()) -> None:
     """Export the queue gauges of one App's store (the first one asked for, per process;
-    ``store`` is called at each scrape, so a reopened store is followed)."""
+    ``store`` is called at each scrape, so a reopened store is followed); ``queues``: the
+    queues this process's node serves, which always have a series."""
     global _collector
     with _collector_lock:
         if _collector is None:
-            _collector = QueueCollector(store)
+            _collector = QueueCollector(store, queues)
             REGISTRY.register(_collector)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -136,6 +136,17 @@ def queue(value: str) -> str:
             "queue", value, "must be 1 to 100 letters, digits, '_', '.', ':' or '-', starting with a letter or digit"
         )
     return value
+
+
+def queues(value: Iterable[str]) -> list[str]:
+    """The queues a node serves: one or more names (a lone string is refused, not read as
+    its letters)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidInput("queues", value, "must be a list of queue names, e.g. ['emails']")
+    names = sorted({queue(q) for q in value})
+    if not names:
+        raise InvalidInput("queues", value, "must name at least one queue (None: the registered tasks' queues)")
+    return names
 
 
 def max_lost(value: int) -> int:

@@ -86,7 +86,7 @@ def worker(
         # store at once, and a database that is away must be one line, not their warnings.
         app.open_store()
     if metrics_port is not None:
-        watch_queue(lambda: app.store)
+        watch_queue(lambda: app.store, served if served is not None else app.registry.queues())
         serve_metrics(metrics_port, metrics_host)
     app.run_worker(
         concurrency=minimum,

@@ -101,7 +101,7 @@ class Worker:
         queues: Sequence[str] | None = None,
     ) -> None:
         _check_sizes(concurrency, prefetch)
-        self.queues = registry.queues() if queues is None else sorted({validate.queue(q) for q in queues})
+        self.queues = registry.queues() if queues is None else validate.queues(queues)
         """The queues this node claims from (default: those its registered tasks use)."""
         self.autoscaler = autoscaler
         self.concurrency = autoscaler.minimum if autoscaler is not None else concurrency

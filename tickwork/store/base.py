@@ -335,8 +335,9 @@ class Store(Protocol):
         """Queue -> (due PENDING tasks, the oldest one's dispatch time), queues with any."""
         ...
 
-    def queues(self) -> list[QueueInfo]:
-        """Every queue in use or ever paused, by name, with what waits in it."""
+    def queues(self, name: str | None = None) -> list[QueueInfo]:
+        """Every queue in use or ever paused (or only ``name``), by name, with what waits
+        in it (at most ``queues.MAX_QUEUES``)."""
         ...
 
     def sample_queue(self) -> None:

@@ -47,9 +47,10 @@ def due_by_queue(d: Dialect) -> dict[str, tuple[int, datetime | None]]:
     return {str(r["queue"]): (int(r["due"]), d.decode_time(r["oldest"])) for r in rows}
 
 
-def listed(d: Dialect) -> list[QueueInfo]:
+def listed(d: Dialect, name: str | None = None) -> list[QueueInfo]:
+    params = {"now": d.encode_time(d.approximate_now()), "name": name, "limit": MAX_QUEUES}
     with d.reader() as s:
-        rows = s.fetch_all("queue_rows", {"now": d.encode_time(d.approximate_now())})
+        rows = s.fetch_all("queue_rows", params)
     return [
         QueueInfo(
             name=str(r["name"]), paused=bool(r["paused"]), changed_at=d.decode_time(r["changed_at"]),
@@ -74,5 +75,5 @@ class QueueOps:
     def due_by_queue(self) -> dict[str, tuple[int, datetime | None]]:
         return due_by_queue(self.dialect)
 
-    def queues(self) -> list[QueueInfo]:
-        return listed(self.dialect)
+    def queues(self, name: str | None = None) -> list[QueueInfo]:
+        return listed(self.dialect, name)

@@ -60,8 +60,8 @@ def iso_text(value: Any) -> datetime:
 Seconds = StrictFloat
 """A number of seconds: a JSON number (integer or not), never a boolean or a string."""
 Count = StrictInt
-QueueName = Annotated[Text, Field(min_length=1, max_length=100, examples=["emails"])]
 """A whole number: never a boolean, a fraction or a string."""
+QueueName = Annotated[Text, Field(min_length=1, max_length=100, examples=["emails"])]
 Moment = Annotated[datetime, BeforeValidator(iso_text)]
 """An ISO 8601 time with an offset, as text."""
 

@@ -42,5 +42,5 @@ def router(app: App, db: Database, read: Any, write: Any) -> APIRouter:
 
 
 def _one(app: App, name: str) -> QueueOut:
-    [queue] = [q for q in app.queues() if q.name == name]
+    [queue] = app.queues(name)  # just paused or resumed: it has a row
     return QueueOut.model_validate(queue)
