@@ -202,3 +202,46 @@ JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.sta
 WHERE t.status = 'RUNNING' AND t.lease_expires_at < :now AND NOT (t.id = ANY(:exclude::bigint[]))
 ORDER BY t.lease_expires_at
 LIMIT :limit;
+
+-- name: claim_candidates_in_queue
+SELECT id, version, next_run_at, priority FROM tickwork_tasks
+WHERE status = 'PENDING' AND queue = :queue::text AND next_run_at <= :now AND name = ANY(:names)
+  AND NOT (id = ANY(:exclude::bigint[]))
+  AND :queue::text NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+ORDER BY next_run_at, priority DESC, id
+LIMIT :limit;
+
+-- name: next_due_at_in_queue
+SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
+WHERE status = 'PENDING' AND queue = :queue::text AND name = ANY(:names)
+  AND :queue::text NOT IN (SELECT name FROM tickwork_queues WHERE paused);
+
+-- name: claim_skip_locked_in_queues
+-- claim_skip_locked queue by queue: each served queue that is not paused is an index walk
+-- of its own due tasks (tickwork_tasks_queue_claim), then the best :limit of them all.
+WITH picked AS (
+    SELECT c.id FROM unnest(:queues::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.next_run_at, t.priority FROM tickwork_tasks t
+        WHERE t.status = 'PENDING' AND t.queue = q.name AND t.next_run_at <= :now AND t.name = ANY(:names)
+          AND NOT (t.id = ANY(:exclude::bigint[]))
+        ORDER BY t.next_run_at, t.priority DESC, t.id
+        LIMIT :limit
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS c
+    WHERE q.name NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+    ORDER BY c.next_run_at, c.priority DESC, c.id
+    LIMIT :limit
+), claimed AS (
+    UPDATE tickwork_tasks t
+    SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
+        lease_expires_at = clock_timestamp() + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
+    FROM picked
+    WHERE t.id = picked.id
+    RETURNING t.*, nextval('tickwork_executions_id_seq') AS execution_id,
+        CASE WHEN t.triggered THEN t.next_run_at ELSE t.scheduled_at END AS execution_scheduled_for
+), logged AS (
+    INSERT INTO tickwork_executions (id, task_id, attempt, scheduled_for, started_at, status, node, fence)
+    SELECT execution_id, id, attempt, execution_scheduled_for, :now, 'RUNNING', :node, version FROM claimed
+)
+SELECT * FROM claimed;
