@@ -418,3 +418,38 @@ def test_the_queue_is_sampled_twice_a_minute_on_the_reconcilers_thread(store: Fa
     assert [s.minute.second for s in samples] == [0] * len(samples) and 1 <= len(samples) <= 3
     assert samples[0].depth == 2  # the first sample of its minute is the one kept
     assert len({s.minute for s in samples}) == len(samples)  # one per minute
+
+
+def test_a_stuck_runs_note_waits_for_its_timeout_to_be_written(
+    store: FakeStore, clock: DrivenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timeout's end sets the execution's note: a note written before a failed end
+    would be overwritten by the end's retry, so it waits for it."""
+    [task_id] = due(store, clock, 1, timeout=1.0)
+    node = worker(store, clock)
+    node.poll_once()
+    [run] = node.runs.runs()
+    run.advance(RunState.RUNNING)
+    run.started_at = clock.now()
+    run.request_cancel(CancelReason.TIMEOUT)
+    watch = node.leases.stuck
+    watch.judge(clock.monotonic())  # the deadline: the execution's end is queued
+    clock.advance(2 * SETTINGS.heartbeat)
+    watch.judge(clock.monotonic())  # two heartbeats on: reported, its note queued
+    assert watch.take_fresh() is True and watch.take_fresh() is False
+
+    def away(*args: object) -> bool:
+        raise OSError("the store is away")
+
+    real_end = store.end_execution
+    monkeypatch.setattr(store, "end_execution", away)
+    watch.write(store)
+    [running] = store.list_executions(task_id=task_id)
+    assert running.status is ExecutionStatus.RUNNING and running.note is None  # the note waited
+    monkeypatch.setattr(store, "end_execution", real_end)
+    watch.write(store)
+    [ended] = store.list_executions(task_id=task_id)
+    assert ended.status is ExecutionStatus.TIMED_OUT
+    assert ended.note is not None and ended.note.startswith("timeout; the thread did not stop within 2 heartbeats")
+    assert store.get_task(task_id).status is Status.RUNNING  # type: ignore[union-attr]  # until the thread returns
+    assert [s.execution_id for s in watch.report(clock.now())] == [run.execution_id]

@@ -117,7 +117,9 @@ class StuckWatch:
             ends, self._ends = self._ends, []
             notes, self._notes = self._notes, []
         failed_ends = [end for end in ends if not self._end(store, end)]
-        failed_notes = [(run, text) for run, text in notes if not self._note(store, run, text)]
+        # A note waits for its run's end to be written: the end sets the note it adds to.
+        waiting = {id(end.run) for end in failed_ends}
+        failed_notes = [(run, text) for run, text in notes if id(run) in waiting or not self._note(store, run, text)]
         if failed_ends or failed_notes:
             with self._lock:
                 self._ends[:0], self._notes[:0] = failed_ends, failed_notes
