@@ -102,9 +102,9 @@ def _thaw(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def _claim_order(task: Task) -> tuple[int, datetime, int]:
-    """Higher priority first, then the oldest due (the claim's order)."""
-    return (-task.priority, task.next_run_at, task.id)
+def _claim_order(task: Task) -> tuple[datetime, int, int]:
+    """Oldest due first, higher priority first among equals (the claim index's order)."""
+    return (task.next_run_at, -task.priority, task.id)
 
 
 class FakeStore:

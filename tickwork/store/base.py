@@ -134,8 +134,8 @@ class Store(Protocol):
         leaving out the ids in ``exclude`` (tasks the node knows another node is on), from
         the ``queues`` given (None: every queue).
 
-        Due means ``next_run_at <= now``; higher priority first, then the oldest due: a
-        walk of each served queue's priority levels, highest first, each an index walk. Each
+        Due means ``next_run_at <= now``; oldest due first, higher priority first among
+        tasks due at the same time (Quartz's order: it keeps the claim an index walk). Each
         claim bumps the task's version, sets it RUNNING with this node's lease,
         increments ``attempt`` and inserts a RUNNING execution row. A task is claimed
         by at most one node, however many claim at once.

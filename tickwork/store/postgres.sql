@@ -12,7 +12,7 @@ WHERE status = 'PENDING' AND name = ANY(:names) AND (:all_queues OR queue = ANY(
 SELECT id, version FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
   AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-ORDER BY priority DESC, next_run_at, id
+ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
 -- name: claim_skip_locked
@@ -23,7 +23,7 @@ WITH picked AS (
     SELECT id FROM tickwork_tasks
     WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
       AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-    ORDER BY priority DESC, next_run_at, id
+    ORDER BY next_run_at, priority DESC, id
     LIMIT :limit
     FOR NO KEY UPDATE SKIP LOCKED
 ), claimed AS (
@@ -203,46 +203,34 @@ WHERE t.status = 'RUNNING' AND t.lease_expires_at < :now AND NOT (t.id = ANY(:ex
 ORDER BY t.lease_expires_at
 LIMIT :limit;
 
--- name: claim_levels
-WITH RECURSIVE lv(queue, priority, depth) AS (
-    SELECT q.name, (SELECT MAX(t.priority) FROM tickwork_tasks t WHERE t.status = 'PENDING' AND t.queue = q.name), 0
-    FROM unnest(:queues::text[]) AS q(name)
-    WHERE q.name NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-    UNION ALL
-    SELECT lv.queue, (SELECT MAX(t.priority) FROM tickwork_tasks t
-                      WHERE t.status = 'PENDING' AND t.queue = lv.queue AND t.priority < lv.priority), lv.depth + 1
-    FROM lv WHERE lv.priority IS NOT NULL AND lv.depth + 1 < :max_levels
-)
-SELECT queue, priority FROM lv WHERE priority IS NOT NULL;
-
 -- name: claim_candidates_in_queue
 SELECT id, version, next_run_at, priority FROM tickwork_tasks
-WHERE status = 'PENDING' AND queue = :queue::text AND priority = :priority::int AND next_run_at <= :now
-  AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
-ORDER BY next_run_at, id
+WHERE status = 'PENDING' AND queue = :queue::text AND next_run_at <= :now AND name = ANY(:names)
+  AND NOT (id = ANY(:exclude::bigint[]))
+  AND :queue::text NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
 -- name: next_due_at_in_queue
 SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-WHERE status = 'PENDING' AND queue = :queue::text AND priority = :priority::int AND name = ANY(:names);
+WHERE status = 'PENDING' AND queue = :queue::text AND name = ANY(:names)
+  AND :queue::text NOT IN (SELECT name FROM tickwork_queues WHERE paused);
 
 -- name: claim_skip_locked_in_queues
--- claim_skip_locked level by level: each (queue, priority) level of claim_levels is an
--- index walk of its own due tasks (tickwork_tasks_queue_claim), then the best :limit of
--- them all, higher priority first, then the oldest due. Each run's scheduled_for is
--- tickwork.schedules.run_slot (tests/test_store_rules.py).
+-- claim_skip_locked queue by queue: each served queue that is not paused is an index walk
+-- of its own due tasks (tickwork_tasks_queue_claim), then the best :limit of them all.
 WITH picked AS (
-    SELECT c.id FROM unnest(:level_queues::text[], :level_priorities::int[]) AS l(queue, priority)
+    SELECT c.id FROM unnest(:queues::text[]) AS q(name)
     CROSS JOIN LATERAL (
         SELECT t.id, t.next_run_at, t.priority FROM tickwork_tasks t
-        WHERE t.status = 'PENDING' AND t.queue = l.queue AND t.priority = l.priority AND t.next_run_at <= :now
-          AND t.name = ANY(:names) AND NOT (t.id = ANY(:exclude::bigint[]))
-        ORDER BY t.next_run_at, t.id
+        WHERE t.status = 'PENDING' AND t.queue = q.name AND t.next_run_at <= :now AND t.name = ANY(:names)
+          AND NOT (t.id = ANY(:exclude::bigint[]))
+        ORDER BY t.next_run_at, t.priority DESC, t.id
         LIMIT :limit
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS c
-    WHERE l.queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)  -- paused since the levels were read
-    ORDER BY c.priority DESC, c.next_run_at, c.id
+    WHERE q.name NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+    ORDER BY c.next_run_at, c.priority DESC, c.id
     LIMIT :limit
 ), claimed AS (
     UPDATE tickwork_tasks t

@@ -37,7 +37,7 @@ WHERE status = 'PENDING' AND next_run_at <= :now
   AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
   AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
   AND id NOT IN (SELECT value FROM json_each(:exclude))
-ORDER BY priority DESC, next_run_at, id
+ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
 -- name: claim_task
@@ -354,30 +354,18 @@ LIMIT :limit OFFSET :offset;
 -- name: task_header
 SELECT id, name, status FROM tickwork_tasks WHERE id = :id;
 
--- name: claim_levels
--- The priority levels of the served queues that are not paused, highest first in each
--- queue: one index probe a level (MAX below the last), at most :max_levels a queue.
-WITH RECURSIVE lv(queue, priority, depth) AS (
-    SELECT q.value, (SELECT MAX(t.priority) FROM tickwork_tasks t WHERE t.status = 'PENDING' AND t.queue = q.value), 0
-    FROM json_each(:queues) AS q
-    WHERE q.value NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-    UNION ALL
-    SELECT lv.queue, (SELECT MAX(t.priority) FROM tickwork_tasks t
-                      WHERE t.status = 'PENDING' AND t.queue = lv.queue AND t.priority < lv.priority), lv.depth + 1
-    FROM lv WHERE lv.priority IS NOT NULL AND lv.depth + 1 < :max_levels
-)
-SELECT queue, priority FROM lv WHERE priority IS NOT NULL;
-
 -- name: claim_candidates_in_queue
--- claim_candidates for one priority level of one served queue: an index walk of that
--- level's due tasks only, however many other queues and levels hold.
+-- claim_candidates for one served queue (none if it is paused): an index walk of that
+-- queue's due tasks only, however many other queues hold.
 SELECT id, version, next_run_at, priority FROM tickwork_tasks
-WHERE status = 'PENDING' AND queue = :queue AND priority = :priority AND next_run_at <= :now
+WHERE status = 'PENDING' AND queue = :queue AND next_run_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
   AND id NOT IN (SELECT value FROM json_each(:exclude))
-ORDER BY next_run_at, id
+  AND :queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
 -- name: next_due_at_in_queue
 SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-WHERE status = 'PENDING' AND queue = :queue AND priority = :priority AND name IN (SELECT value FROM json_each(:names));
+WHERE status = 'PENDING' AND queue = :queue AND name IN (SELECT value FROM json_each(:names))
+  AND :queue NOT IN (SELECT name FROM tickwork_queues WHERE paused);

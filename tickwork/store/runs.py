@@ -53,30 +53,24 @@ class Runs:
                 "limit": limit,
                 **queue_params(d, queues),
             }
-            levels = None if queues is None else claim_levels(s, params)
-            if levels == []:
-                rows = []  # no served queue holds a pending task, or all are paused
-            elif self.strategy == "skip_locked" and levels is None:
-                rows = s.fetch_all("claim_skip_locked", params)
-            elif self.strategy == "skip_locked" and levels is not None:
-                by_level = {"level_queues": [q for q, _ in levels], "level_priorities": [p for _, p in levels]}
-                rows = s.fetch_all("claim_skip_locked_in_queues", {**params, **by_level})
+            if self.strategy == "skip_locked":
+                rows = s.fetch_all("claim_skip_locked" if queues is None else "claim_skip_locked_in_queues", params)
             else:
-                rows = self._claim_optimistic(s, params, list(exclude), levels)
+                rows = self._claim_optimistic(s, params, list(exclude), queues)
             for row in rows:
                 claim = self._decode_claimed(s, row)
                 if claim is not None:
                     claims.append(claim)
-        claims.sort(key=lambda c: (-c.task.priority, c.task.next_run_at, c.task.id))
+        claims.sort(key=lambda c: (c.task.next_run_at, -c.task.priority, c.task.id))
         return claims
 
     def _claim_optimistic(
-        self, s: Session, params: dict[str, Any], exclude: list[int], levels: list[tuple[str, int]] | None
+        self, s: Session, params: dict[str, Any], exclude: list[int], queues: Sequence[str] | None
     ) -> list[Row]:
         """Read the due candidates, then compare-and-set them. When some were lost (to
         another node, or skipped as locked by someone) and more may be due, read once
         more without them: a row held elsewhere must not starve the rest of the queue."""
-        candidates = self._candidates(s, params, levels)
+        candidates = self._candidates(s, params, queues)
         if not candidates:
             return []
         rows = self.hot.compare_and_set(s, candidates, params)
@@ -84,25 +78,21 @@ class Runs:
             won = {int(r["id"]) for r in rows}
             lost = [int(c["id"]) for c in candidates if int(c["id"]) not in won]
             again = {**params, "limit": params["limit"] - len(rows), "exclude": self.dialect.encode_ids(exclude + lost)}
-            if candidates := self._candidates(s, again, levels):
+            if candidates := self._candidates(s, again, queues):
                 rows += self.hot.compare_and_set(s, candidates, again)
         return rows
 
     @staticmethod
-    def _candidates(s: Session, params: dict[str, Any], levels: list[tuple[str, int]] | None) -> list[Row]:
-        """The best ``limit`` due candidates, higher priority first, then the oldest due:
-        of every queue, or level by level (each an index walk of its own due tasks), in
-        descending priority until a priority's levels have filled the limit."""
-        if levels is None:
+    def _candidates(s: Session, params: dict[str, Any], queues: Sequence[str] | None) -> list[Row]:
+        """The best ``limit`` due candidates: of every queue, or of each served queue on
+        its own index walk (so other queues' due tasks are never walked past), merged."""
+        if queues is None:
             return s.fetch_all("claim_candidates", params)
-        limit, found = params["limit"], []
-        for index, (queue, priority) in enumerate(levels):
-            found += s.fetch_all("claim_candidates_in_queue", {**params, "queue": queue, "priority": priority})
-            last_of_priority = index + 1 == len(levels) or levels[index + 1][1] != priority
-            if last_of_priority and len(found) >= limit:
-                break
-        found.sort(key=lambda r: (-int(r["priority"]), r["next_run_at"], int(r["id"])))
-        return found[:limit]
+        found = [
+            row for queue in queues for row in s.fetch_all("claim_candidates_in_queue", {**params, "queue": queue})
+        ]
+        found.sort(key=lambda r: (r["next_run_at"], -int(r["priority"]), int(r["id"])))
+        return found[: params["limit"]]
 
     def _decode_claimed(self, s: Session, row: Row) -> Claim | None:
         """A claimed row this code cannot read (written by hand, or by another version)
@@ -182,14 +172,3 @@ class Runs:
 def queue_params(d: Dialect, queues: Sequence[str] | None) -> dict[str, Any]:
     """The queue filter of a claim (None: every queue)."""
     return {"all_queues": queues is None, "queues": d.encode_names(queues or [])}
-
-
-MAX_LEVELS = 32
-"""Priority levels of a queue one claim looks at (highest first): the rest wait their turn."""
-
-
-def claim_levels(s: Session, params: dict[str, Any]) -> list[tuple[str, int]]:
-    """The (queue, priority) levels of the served queues that are not paused, highest
-    priority first: what a claim walks, level by level."""
-    rows = s.fetch_all("claim_levels", {**params, "max_levels": MAX_LEVELS})
-    return sorted(((str(r["queue"]), int(r["priority"])) for r in rows), key=lambda level: -level[1])

@@ -33,7 +33,7 @@ from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 from tickwork.store.dialect import Dialect, Row, Session, iter_statements, notify
 from tickwork.store.queues import QueueOps
 from tickwork.store.rows import Decoder, header
-from tickwork.store.runs import Runs, claim_levels, queue_params
+from tickwork.store.runs import Runs, queue_params
 
 __all__ = ["Dialect", "Row", "SQLStore", "Session", "iter_statements"]
 
@@ -131,8 +131,7 @@ class SQLStore(QueueOps):
         d, params = self.dialect, {"names": self.dialect.encode_names(names), **queue_params(self.dialect, queues)}
         with d.reader() as s:
             rows = [s.fetch_one("next_due_at", params)] if queues is None else [
-                s.fetch_one("next_due_at_in_queue", {**params, "queue": q, "priority": p})  # an index probe a level
-                for q, p in claim_levels(s, params)
+                s.fetch_one("next_due_at_in_queue", {**params, "queue": q}) for q in queues  # an index probe each
             ]  # fmt: skip
         return min((t for r in rows if r and (t := d.decode_time(r["next_run_at"])) is not None), default=None)
 

@@ -1,14 +1,14 @@
 -- SQLite overrides of queries.sql, by name.
 
 -- name: claim_candidates
--- Every queue (a store caller that names none): higher priority first, then the oldest due.
+-- Walk the claim index in ORDER BY order and stop at LIMIT, however many are due.
 SELECT id, version FROM tickwork_tasks INDEXED BY tickwork_tasks_claim
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
   AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
   AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
   AND id NOT IN (SELECT value FROM json_each(:exclude))
-ORDER BY priority DESC, next_run_at, id
+ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
 -- name: overrun_runs
@@ -23,8 +23,9 @@ LIMIT :limit;
 
 -- name: claim_candidates_in_queue
 SELECT id, version, next_run_at, priority FROM tickwork_tasks INDEXED BY tickwork_tasks_queue_claim
-WHERE status = 'PENDING' AND queue = :queue AND priority = :priority AND next_run_at <= :now
+WHERE status = 'PENDING' AND queue = :queue AND next_run_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
   AND id NOT IN (SELECT value FROM json_each(:exclude))
-ORDER BY next_run_at, id
+  AND :queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
