@@ -353,19 +353,3 @@ LIMIT :limit OFFSET :offset;
 
 -- name: task_header
 SELECT id, name, status FROM tickwork_tasks WHERE id = :id;
-
--- name: claim_candidates_in_queue
--- claim_candidates for one served queue (none if it is paused): an index walk of that
--- queue's due tasks only, however many other queues hold.
-SELECT id, version, next_run_at, priority FROM tickwork_tasks
-WHERE status = 'PENDING' AND queue = :queue AND next_run_at <= :now
-  AND name IN (SELECT value FROM json_each(:names))
-  AND id NOT IN (SELECT value FROM json_each(:exclude))
-  AND :queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-ORDER BY next_run_at, priority DESC, id
-LIMIT :limit;
-
--- name: next_due_at_in_queue
-SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-WHERE status = 'PENDING' AND queue = :queue AND name IN (SELECT value FROM json_each(:names))
-  AND :queue NOT IN (SELECT name FROM tickwork_queues WHERE paused);

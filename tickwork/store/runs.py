@@ -54,9 +54,9 @@ class Runs:
                 **queue_params(d, queues),
             }
             if self.strategy == "skip_locked":
-                rows = s.fetch_all("claim_skip_locked" if queues is None else "claim_skip_locked_in_queues", params)
+                rows = s.fetch_all("claim_skip_locked", params)
             else:
-                rows = self._claim_optimistic(s, params, list(exclude), queues)
+                rows = self._claim_optimistic(s, params, list(exclude))
             for row in rows:
                 claim = self._decode_claimed(s, row)
                 if claim is not None:
@@ -64,13 +64,11 @@ class Runs:
         claims.sort(key=lambda c: (c.task.next_run_at, -c.task.priority, c.task.id))
         return claims
 
-    def _claim_optimistic(
-        self, s: Session, params: dict[str, Any], exclude: list[int], queues: Sequence[str] | None
-    ) -> list[Row]:
+    def _claim_optimistic(self, s: Session, params: dict[str, Any], exclude: list[int]) -> list[Row]:
         """Read the due candidates, then compare-and-set them. When some were lost (to
         another node, or skipped as locked by someone) and more may be due, read once
         more without them: a row held elsewhere must not starve the rest of the queue."""
-        candidates = self._candidates(s, params, queues)
+        candidates = s.fetch_all("claim_candidates", params)
         if not candidates:
             return []
         rows = self.hot.compare_and_set(s, candidates, params)
@@ -78,21 +76,9 @@ class Runs:
             won = {int(r["id"]) for r in rows}
             lost = [int(c["id"]) for c in candidates if int(c["id"]) not in won]
             again = {**params, "limit": params["limit"] - len(rows), "exclude": self.dialect.encode_ids(exclude + lost)}
-            if candidates := self._candidates(s, again, queues):
+            if candidates := s.fetch_all("claim_candidates", again):
                 rows += self.hot.compare_and_set(s, candidates, again)
         return rows
-
-    @staticmethod
-    def _candidates(s: Session, params: dict[str, Any], queues: Sequence[str] | None) -> list[Row]:
-        """The best ``limit`` due candidates: of every queue, or of each served queue on
-        its own index walk (so other queues' due tasks are never walked past), merged."""
-        if queues is None:
-            return s.fetch_all("claim_candidates", params)
-        found = [
-            row for queue in queues for row in s.fetch_all("claim_candidates_in_queue", {**params, "queue": queue})
-        ]
-        found.sort(key=lambda r: (r["next_run_at"], -int(r["priority"]), int(r["id"])))
-        return found[: params["limit"]]
 
     def _decode_claimed(self, s: Session, row: Row) -> Claim | None:
         """A claimed row this code cannot read (written by hand, or by another version)

@@ -128,12 +128,10 @@ class SQLStore(QueueOps):
         )
 
     def next_due_at(self, names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
-        d, params = self.dialect, {"names": self.dialect.encode_names(names), **queue_params(self.dialect, queues)}
-        with d.reader() as s:
-            rows = [s.fetch_one("next_due_at", params)] if queues is None else [
-                s.fetch_one("next_due_at_in_queue", {**params, "queue": q}) for q in queues  # an index probe each
-            ]  # fmt: skip
-        return min((t for r in rows if r and (t := d.decode_time(r["next_run_at"])) is not None), default=None)
+        params = {"names": self.dialect.encode_names(names), **queue_params(self.dialect, queues)}
+        with self.dialect.reader() as s:
+            row = s.fetch_one("next_due_at", params)
+        return self.dialect.decode_time(row["next_run_at"]) if row else None
 
     # -- claims and leases (runs.py) ------------------------------------------------
 

@@ -20,12 +20,3 @@ WHERE t.status = 'RUNNING' AND t.max_runtime IS NOT NULL
   AND e.started_at + CAST((t.max_runtime + :grace) * 1000000 AS INTEGER) < :now
 ORDER BY e.started_at
 LIMIT :limit;
-
--- name: claim_candidates_in_queue
-SELECT id, version, next_run_at, priority FROM tickwork_tasks INDEXED BY tickwork_tasks_queue_claim
-WHERE status = 'PENDING' AND queue = :queue AND next_run_at <= :now
-  AND name IN (SELECT value FROM json_each(:names))
-  AND id NOT IN (SELECT value FROM json_each(:exclude))
-  AND :queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-ORDER BY next_run_at, priority DESC, id
-LIMIT :limit;
