@@ -42,10 +42,22 @@ class WorkerProcess:
         )
 
     def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then the exit code; a worker still running after ``timeout`` fails the
+        test with its log and where each of its threads was (the test app's SIGUSR1 dump)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)
+            try:
+                self.proc.wait(2)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+            self._log_file.flush()
+            tail = self.output()[-20000:]
+            raise AssertionError(f"worker did not stop within {timeout} s of SIGTERM:\n{tail}") from None
         finally:
             self._log_file.close()
 

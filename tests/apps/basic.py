@@ -6,11 +6,13 @@ write per line, so lines from concurrent runs never interleave)."""
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import functools
 import json
 import multiprocessing
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +20,9 @@ from pathlib import Path
 import redis
 
 from tickwork import App, Context
+
+# A worker that does not stop in time is asked (SIGUSR1) where its threads are (tests/workers.py).
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 app = App(
     lease=float(os.environ.get("TICKWORK_TEST_LEASE", "5")),
