@@ -26,7 +26,7 @@ FAKE = "fake"
 PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 TABLES = (
     "tickwork_executions, tickwork_tasks, tickwork_nodes, tickwork_schedule_sets, tickwork_queue_samples, "
-    "tickwork_queues"
+    "tickwork_queues, tickwork_limits"
 )
 
 

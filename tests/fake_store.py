@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
 
+from tickwork import limits
 from tickwork.changes import Edit, Removal, SyncView, SyncWrites
 from tickwork.clock import utcnow
 from tickwork.codec import clean_text, dumps, json_problem
@@ -57,7 +58,7 @@ from tickwork.model import (
 )
 from tickwork.schedules import edited_decision
 from tickwork.store import insights, retention
-from tickwork.store.queues import QueueInfo
+from tickwork.store.queues import LimitFacts, QueueInfo
 from tickwork.store.sql import RECENT_RUNS_WINDOW
 
 __all__ = ["FakeStore"]
@@ -102,6 +103,14 @@ def _thaw(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+SCAN_LIMITED = 500
+"""store/limits.SCAN: most due limited tasks one claim reads."""
+
+
+def _has_limit(task: Task) -> bool:
+    return task.lock is not None or task.max_running is not None or task.rate_limit is not None
+
+
 def _claim_order(task: Task) -> tuple[datetime, int, int]:
     """Oldest due first, higher priority first among equals (the claim index's order)."""
     return (task.next_run_at, -task.priority, task.id)
@@ -123,6 +132,7 @@ class FakeStore:
         self._nodes: dict[str, Node] = {}
         self._samples: dict[datetime, insights.QueueSample] = {}
         self._paused_queues: dict[str, tuple[bool, datetime]] = {}
+        self._limits: dict[str, limits.KeyState] = {}  # tickwork_limits
         self._revoked: dict[str, datetime] = {}  # SHA-256 of a session id -> until when
         self._schedule_sets: dict[str, datetime] = {}  # declaration set digest -> first seen
         self._inboxes: dict[int, deque[str]] = {}  # one per blocked listen() call
@@ -290,13 +300,16 @@ class FakeStore:
             max_lost=int(new.max_lost),
             lost_runs=0,
             queue=str(new.queue),
+            lock=new.lock,
+            max_running=new.max_running,
+            rate_limit=new.rate_limit,
         )
 
     def next_due_at(self, names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
         wanted = set(names)
         with self._lock:
             due = [
-                t.next_run_at
+                self._may_start_at(t)
                 for t in self._tasks.values()
                 if t.status is Status.PENDING
                 and t.name in wanted
@@ -304,6 +317,13 @@ class FakeStore:
                 and not self._paused(t.queue)
             ]
         return min(due, default=None)
+
+    def _may_start_at(self, task: Task) -> datetime:
+        """Its dispatch time, or its rate's next allowed start if later (next_due_at)."""
+        if task.rate_limit is None:
+            return task.next_run_at
+        tat = self._limits.get(limits.rate_key(task.name), limits.KeyState()).tat
+        return task.next_run_at if tat is None or tat <= task.next_run_at else tat
 
     def backfill(self, task_id: int, start: datetime, end: datetime, runs: Sequence[NewTask]) -> list[Task]:
         payloads = [(dumps(new.args), dumps(new.kwargs)) for new in runs]
@@ -376,6 +396,8 @@ class FakeStore:
             max_runs=None if after.max_runs is None else int(after.max_runs),
             max_lost=int(after.max_lost),
             queue=str(after.queue),
+            max_running=after.max_running,
+            rate_limit=after.rate_limit,
             lost_runs=0 if edit.reset_cancel else task.lost_runs,
             declared_at=_utc_or_none(after.declared_at),
             status=after.status,
@@ -522,21 +544,43 @@ class FakeStore:
         served = None if queues is None else set(queues)
         with self._lock:
             now = self._now()
-            due = heapq.nsmallest(
-                limit,
-                (
-                    t
-                    for t in self._tasks.values()
-                    if t.status is Status.PENDING
-                    and t.next_run_at <= now
-                    and t.name in wanted
-                    and t.id not in excluded
-                    and (served is None or t.queue in served)
-                    and not self._paused(t.queue)
-                ),
-                key=_claim_order,
-            )
-            return [self._claim_task(t, node, now, now + timedelta(seconds=lease)) for t in due]
+            until = now + timedelta(seconds=lease)
+            claimable = [
+                t
+                for t in self._tasks.values()
+                if t.status is Status.PENDING
+                and t.next_run_at <= now
+                and t.name in wanted
+                and t.id not in excluded
+                and (served is None or t.queue in served)
+                and not self._paused(t.queue)
+            ]
+            limited = sorted((t for t in claimable if _has_limit(t)), key=_claim_order)[:SCAN_LIMITED]
+            claims = self._claim_limited(limited, limit, node, now, until)
+            due = heapq.nsmallest(limit - len(claims), (t for t in claimable if not _has_limit(t)), key=_claim_order)
+            claims += [self._claim_task(t, node, now, until) for t in due]
+            return sorted(claims, key=lambda c: _claim_order(c.task))
+
+    def _claim_limited(self, found: list[Task], free: int, node: str, now: datetime, until: datetime) -> list[Claim]:
+        """limits.sql's transaction: count what runs under each key, let limits.choose
+        decide, claim the chosen, keep the keys' new state."""
+        candidates = [
+            limits.Candidate(t.id, t.version, t.name, t.next_run_at, t.lock, t.max_running, t.rate_limit) for t in found
+        ]
+        running: Counter[str] = Counter()
+        for t in self._tasks.values():
+            if t.status is Status.RUNNING and t.max_running is not None:
+                running[limits.name_key(t.name)] += 1
+            if t.status is Status.RUNNING and t.lock is not None:
+                running[limits.lock_key(t.lock)] += 1
+        choice = limits.choose(candidates, free, running=running, states=self._limits, now=now)
+        self._limits.update(choice.states)
+        claims = []
+        for c in sorted(choice.chosen, key=lambda c: c.id):
+            claim = self._claim_task(self._tasks[c.id], node, now, until)
+            when = choice.judged_at.get(c.id)
+            claims.append(claim if when is None else dataclasses.replace(claim, judged_at=when))
+        return claims
 
     def _claim_task(self, task: Task, node: str, now: datetime, until: datetime) -> Claim:
         """The claim's write: version bumped (the new fence), attempt counted, and the
@@ -1079,6 +1123,14 @@ class FakeStore:
                     sum(t.status is Status.RUNNING for t in mine), min(due, default=None),
                 ))  # fmt: skip
             return out
+
+    def limit_facts(self, task: Task) -> LimitFacts:
+        with self._lock:
+            running = [t for t in self._tasks.values() if t.status is Status.RUNNING]
+            count = sum(t.name == task.name and t.max_running is not None for t in running)
+            holder = next((t.id for t in running if task.lock is not None and t.lock == task.lock), None)
+            state = self._limits.get(limits.rate_key(task.name))
+        return LimitFacts(None if task.max_running is None else count, holder, None if state is None else state.tat)
 
     def paused_queues(self) -> set[str]:
         with self._lock:

@@ -147,6 +147,9 @@ def make_task(**overrides: Any) -> Task:
         "max_lost": 3,
         "lost_runs": 0,
         "queue": "default",
+        "lock": None,
+        "max_running": None,
+        "rate_limit": None,
         "existed": False,
     }
     unknown = set(overrides) - set(fields)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from tickwork import missed_slots, planning, validate
+from tickwork import missed_slots, planning, validate, waiting
 from tickwork.app_node import NodeMixin
 from tickwork.app_settings import DEFAULT_MAX_PAYLOAD, DEFAULT_RETENTION, AppSettings, Setting
 from tickwork.clock import Clock, utcnow
@@ -129,6 +129,8 @@ class App(NodeMixin):
         on_lost: OnLost | str = OnLost.RETRY,
         max_lost: int = 3,
         queue: str = "default",
+        max_running: int | None = None,
+        rate_limit: str | None = None,
         max_runtime: float | None = None,
         isolation: Isolation | str = Isolation.THREAD,
         kill_grace: float = 5.0,
@@ -153,6 +155,8 @@ class App(NodeMixin):
         on_lost: OnLost | str = OnLost.RETRY,
         max_lost: int = 3,
         queue: str = "default",
+        max_running: int | None = None,
+        rate_limit: str | None = None,
         max_runtime: float | None = None,
         isolation: Isolation | str = Isolation.THREAD,
         kill_grace: float = 5.0,
@@ -171,12 +175,15 @@ class App(NodeMixin):
         A run lost with its node (``on_lost="retry"``) runs again, up to ``max_lost``
         times in a row, apart from ``max_retries``: it was never seen to fail; the next
         lost run then counts as a failure, so a task that kills its node cannot loop.
+        ``max_running`` and ``rate_limit`` (``"100/m"``) hold across every node: at most
+        that many runs of the name at once, at most that many starts per window.
         """
         options = TaskOptions(
             **validate.task_options(
                 timeout=timeout, max_retries=max_retries, retry_backoff=retry_backoff, misfire=misfire,
                 misfire_grace=misfire_grace, jitter=jitter, priority=priority, max_catchup=max_catchup,
-                overlap=overlap, on_lost=on_lost, max_lost=max_lost, queue=queue, max_runtime=max_runtime,
+                overlap=overlap, on_lost=on_lost, max_lost=max_lost, queue=queue, max_running=max_running,
+                rate_limit=rate_limit, max_runtime=max_runtime,
                 isolation=isolation,
                 kill_grace=kill_grace, context=context,
             )
@@ -214,6 +221,7 @@ class App(NodeMixin):
         until: datetime | None = None,
         max_runs: int | None = None,
         queue: str | None = None,
+        lock: str | None = None,
         replace: bool = False,
     ) -> Task:
         """Schedule ``task`` once (now, after ``delay``, ``at`` a time) or recurring
@@ -222,12 +230,14 @@ class App(NodeMixin):
 
         With ``key``: when a live task already holds it, that task is returned
         unchanged, with ``existed=True``; ``replace=True`` updates it in place to this
-        call's definition instead, as ``update()`` would (``existed`` is True too)."""
+        call's definition instead, as ``update()`` would (``existed`` is True too).
+        ``lock``: at most one task holding it runs at a time, across every node; the
+        others wait their turn in due order."""
         given = planning.ScheduleArgs(
             args=args, kwargs=kwargs, delay=delay, at=at, cron=cron, timezone=timezone, every=every,
             key=key, misfire=misfire, misfire_grace=misfire_grace, jitter=jitter, timeout=timeout,
             max_retries=max_retries, retry_backoff=retry_backoff, priority=priority, max_catchup=max_catchup,
-            overlap=overlap, until=until, max_runs=max_runs, queue=queue,
+            overlap=overlap, until=until, max_runs=max_runs, queue=queue, lock=lock,
         )  # fmt: skip
         if replace and key is None:
             raise InvalidInput("replace", replace, "needs a key: it replaces the live task holding that key")
@@ -333,10 +343,9 @@ class App(NodeMixin):
         self.store.set_queue_paused(validate.queue(name), False)
 
     def why_waiting(self, task: Task) -> str | None:
-        """Why a due PENDING task is not running (None: it is not held back)."""
-        if task.status is not Status.PENDING or task.next_run_at > self.store.approximate_now():
-            return None
-        return f"queue {task.queue} is paused" if task.queue in self.store.paused_queues() else None
+        """Why a due PENDING task is not running: its queue paused, a limit full (None:
+        it is not held back)."""
+        return waiting.why_waiting(self.store, task)
 
     def queues(self, name: str | None = None) -> list[QueueInfo]:
         """Every queue in use or ever paused (or only ``name``): paused or not, pending, due,

@@ -50,7 +50,7 @@ ENDED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
 DEFINITION = (
     "name", "args", "kwargs", "cron", "timezone", "interval", "misfire", "misfire_grace", "jitter", "timeout",
     "max_retries", "retry_backoff", "priority", "max_catchup", "overlap", "on_lost", "max_runtime", "until",
-    "max_runs", "max_lost", "queue",
+    "max_runs", "max_lost", "queue", "max_running", "rate_limit",
 )  # fmt: skip
 """The fields a task's definition is made of: what an edit writes and a sync compares."""
 RESCHEDULING = ("cron", "timezone", "interval")
@@ -152,7 +152,7 @@ def _stored_definition(task: Task) -> TaskDef:
         timeout=task.timeout, max_retries=task.max_retries, retry_backoff=task.retry_backoff, misfire=task.misfire,
         misfire_grace=task.misfire_grace, jitter=task.jitter, priority=task.priority, max_catchup=task.max_catchup,
         overlap=task.overlap, on_lost=task.on_lost, max_runtime=task.max_runtime, max_lost=task.max_lost,
-        queue=task.queue,
+        queue=task.queue, max_running=task.max_running, rate_limit=task.rate_limit,
     )  # fmt: skip
     return TaskDef(task.name, _unregistered, options)
 

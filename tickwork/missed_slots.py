@@ -57,6 +57,9 @@ def backfill_runs(task: Task, span: Window, now: datetime) -> list[NewTask]:
             max_runtime=task.max_runtime,
             max_lost=task.max_lost,
             queue=task.queue,
+            lock=task.lock,
+            max_running=task.max_running,
+            rate_limit=task.rate_limit,
         )
         for s in slots
     ]

@@ -146,6 +146,12 @@ class Task:
     """With ``replan_at``: that slot's dispatch time (the slot plus its jitter)."""
     queue: str = "default"
     """The queue it is claimed from: a node claims from the queues it serves."""
+    lock: str | None = None
+    """At most one task holding this lock runs at a time, cluster-wide (``schedule(lock=)``)."""
+    max_running: int | None = None
+    """At most this many runs of the task's name at once, cluster-wide (``@app.task``)."""
+    rate_limit: str | None = None
+    """At most this many starts of the task's name per window, as ``"100/m"`` (``@app.task``)."""
     max_lost: int = 3
     """How many lost runs in a row (its node died or stopped renewing) are run again
     before a lost run counts as a failure (``on_lost="retry"``); apart from retries."""
@@ -329,6 +335,9 @@ class NewTask:
     declared_at: datetime | None = None
     max_lost: int = 3
     queue: str = "default"
+    lock: str | None = None
+    max_running: int | None = None
+    rate_limit: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,6 +347,9 @@ class Claim:
     task: Task
     execution_id: int
     scheduled_for: datetime
+    judged_at: datetime | None = None
+    """When a limit held the task back: the moment the misfire policy judges it at (the
+    time it waited for the limit does not count as late); None: now."""
 
     @property
     def fence(self) -> int:

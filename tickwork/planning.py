@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from tickwork import binding, validate
+from tickwork import binding, limits, validate
 from tickwork.codec import check_json, dumps
 from tickwork.cron import CronSchedule, parse_timezone
 from tickwork.errors import InvalidInput, PayloadTooLarge
@@ -65,6 +65,7 @@ class ScheduleArgs:
     until: datetime | None = None
     max_runs: int | None = None
     queue: str | None = None
+    lock: str | None = None
 
 
 SCHEDULE_FIELDS = tuple(f.name for f in dataclasses.fields(ScheduleArgs))
@@ -91,6 +92,7 @@ class Request:
     """The grace that applies: the call's, else the registration's, else the App's."""
     until: datetime | None = None
     max_runs: int | None = None
+    lock: str | None = None
 
 
 def check(
@@ -136,6 +138,7 @@ def check(
         misfire_grace=misfire_grace if options.misfire_grace is None else options.misfire_grace,
         until=until,
         max_runs=max_runs,
+        lock=limits.lock(given.lock),
     )
 
 
@@ -220,6 +223,9 @@ def new_task(request: Request, now: datetime, *, seed: int | None = None) -> New
         max_runtime=options.max_runtime,
         until=request.until,
         max_runs=request.max_runs,
+        lock=request.lock,
+        max_running=options.max_running,
+        rate_limit=options.rate_limit,
     )
 
 

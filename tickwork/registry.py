@@ -45,6 +45,10 @@ class TaskOptions:
     on_lost: OnLost = OnLost.RETRY
     max_lost: int = 3
     queue: str = "default"
+    max_running: int | None = None
+    """At most this many runs of the name at once, across every node (None: no limit)."""
+    rate_limit: str | None = None
+    """At most this many starts of the name per window, across every node: ``"100/m"``."""
     max_runtime: float | None = None
     isolation: Isolation = Isolation.THREAD
     kill_grace: float = 5.0

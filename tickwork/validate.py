@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from tickwork import limits
 from tickwork.errors import InvalidInput
 from tickwork.model import ExecutionStatus, Kind, Misfire, OnLost, Overlap, Status
 from tickwork.registry import Isolation
@@ -207,6 +208,8 @@ OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
     "on_lost": on_lost,
     "max_lost": max_lost,
     "queue": queue,
+    "max_running": limits.max_running,
+    "rate_limit": limits.rate_limit,
     "max_runtime": functools.partial(optional_positive, "max_runtime"),
     "isolation": isolation,
     "kill_grace": functools.partial(non_negative, "kill_grace"),

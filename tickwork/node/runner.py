@@ -101,7 +101,8 @@ class Runner:
         if run.cancel_reason is not None:  # it waited as prefetch and was cancelled or lost
             self.skip(run)
             return None
-        decision = decide(run.claim.task, self.store.approximate_now())
+        # A task a full limit held back is judged as of when the limit filled (limits.py).
+        decision = decide(run.claim.task, run.claim.judged_at or self.store.approximate_now())
         if not decision.run:  # missed slots the policy does not run now
             log.info("task %s: %s", run.task_id, decision.text)
             outcome = skipped_outcome(run.claim, decision, self.store.approximate_now())  # before the state moves

@@ -38,7 +38,7 @@ from tickwork.model import (
     TaskHeader,
 )
 from tickwork.store.insights import NameStats, NameStatsReport, QueueSample, RunningTask, RunPage, Throughput
-from tickwork.store.queues import QueueInfo
+from tickwork.store.queues import LimitFacts, QueueInfo
 
 __all__ = [
     "Claim",
@@ -329,6 +329,11 @@ class Store(Protocol):
 
     def paused_queues(self) -> set[str]:
         """The queues paused now."""
+        ...
+
+    def limit_facts(self, task: Task) -> LimitFacts:
+        """What holds ``task``'s limits now: its name's RUNNING runs (with a
+        max_running), a RUNNING task holding its lock, its rate's next allowed start."""
         ...
 
     def due_by_queue(self) -> dict[str, tuple[int, datetime | None]]:

@@ -84,6 +84,8 @@ def _edit_params(d: Dialect, edit: Edit) -> dict[str, Any]:
         "max_runs": after.max_runs,
         "max_lost": after.max_lost,
         "queue": after.queue,
+        "max_running": after.max_running,
+        "rate_limit": after.rate_limit,
         "declared_at": d.encode_time(after.declared_at),
         "status": after.status.value,
         "scheduled_at": d.encode_time(after.scheduled_at),

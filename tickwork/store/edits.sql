@@ -13,6 +13,7 @@ SET name = :name, args = :args, kwargs = :kwargs, cron = :cron, timezone = :time
     retry_backoff = :retry_backoff, priority = :priority, max_catchup = :max_catchup,
     overlap = :overlap, on_lost = :on_lost, max_runtime = :max_runtime,
     until_at = :until, max_runs = :max_runs, declared_at = :declared_at, max_lost = :max_lost, queue = :queue,
+    max_running = :max_running, rate_limit = :rate_limit,
     lost_runs = CASE WHEN :reset_cancel THEN 0 ELSE lost_runs END,
     status = :status, scheduled_at = :scheduled_at, next_run_at = :next_run_at,
     attempt = :attempt, triggered = :triggered,

@@ -43,6 +43,9 @@ def new_task(d: Dialect, new: NewTask, now: Any) -> dict[str, Any]:
         "declared_at": d.encode_time(new.declared_at),
         "max_lost": new.max_lost,
         "queue": new.queue,
+        "lock": new.lock,
+        "max_running": new.max_running,
+        "rate_limit": new.rate_limit,
         "now": now,
     }
 

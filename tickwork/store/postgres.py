@@ -160,6 +160,7 @@ class PostgresDialect:
             "edits.sql",
             "insights.sql",
             "queues.sql",
+            "limits.sql",
             "postgres.sql",
             "postgres_retention.sql",
             "postgres_edits.sql",

@@ -5,13 +5,29 @@
 -- does not hand out a lease that is already partly spent.
 
 -- name: next_due_at
-SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-WHERE status = 'PENDING' AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused);
+-- The earliest dispatch time among tasks without a limit, or the earliest moment one
+-- with a limit may start (next_limited_due).
+SELECT MIN(next_run_at) AS next_run_at FROM (
+    SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
+    WHERE status = 'PENDING' AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues))
+      AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+      AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+    UNION ALL
+    SELECT CASE WHEN l.tat IS NOT NULL AND l.tat > t.next_run_at THEN l.tat ELSE t.next_run_at END
+    FROM (
+        SELECT name, MIN(next_run_at) AS next_run_at FROM tickwork_tasks
+        WHERE status = 'PENDING' AND (lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+          AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues))
+          AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+        GROUP BY name
+    ) t LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name
+) due;
 
 -- name: claim_candidates
 SELECT id, version FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
   AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+  AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
 ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
@@ -23,6 +39,7 @@ WITH picked AS (
     SELECT id FROM tickwork_tasks
     WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
       AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+      AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
     ORDER BY next_run_at, priority DESC, id
     LIMIT :limit
     FOR NO KEY UPDATE SKIP LOCKED
@@ -53,6 +70,8 @@ WITH candidate AS (
     SELECT t.id FROM tickwork_tasks t JOIN candidate c ON c.id = t.id
     WHERE t.version = c.version AND t.status = 'PENDING'
       AND t.queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)  -- paused since the read
+      -- a limit given since the read: such a task is claimed only under its keys (limits.sql)
+      AND (:limited OR (t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL))
     ORDER BY t.id
     FOR NO KEY UPDATE OF t SKIP LOCKED
 ), claimed AS (
@@ -202,3 +221,35 @@ JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.sta
 WHERE t.status = 'RUNNING' AND t.lease_expires_at < :now AND NOT (t.id = ANY(:exclude::bigint[]))
 ORDER BY t.lease_expires_at
 LIMIT :limit;
+
+-- name: limited_candidates
+SELECT id, version, name, next_run_at, lock, max_running, rate_limit FROM tickwork_tasks
+WHERE status = 'PENDING' AND next_run_at <= :now
+  AND (lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+  AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
+  AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+ORDER BY next_run_at, priority DESC, id
+LIMIT :scan;
+
+-- name: running_by_name
+SELECT name, COUNT(*) AS running FROM tickwork_tasks
+WHERE status = 'RUNNING' AND max_running IS NOT NULL AND name = ANY(:names)
+GROUP BY name;
+
+-- name: running_locks
+SELECT lock, COUNT(*) AS running FROM tickwork_tasks
+WHERE status = 'RUNNING' AND lock IS NOT NULL AND lock = ANY(:locks)
+GROUP BY lock;
+
+-- name: limit_states
+SELECT key, tat, full_since FROM tickwork_limits WHERE key = ANY(:keys);
+
+-- name: try_limit_key
+-- One claimer per limit key at a time, until its transaction ends; a key another node
+-- holds is left to it this round (never waited for). Counts read after this see every
+-- claim the key's previous holder committed.
+SELECT pg_try_advisory_xact_lock(1953063790, hashtext(:key)) AS got;
+
+-- name: transaction_now
+-- The moment every :now of this transaction reads (a limited claim's grant time).
+SELECT now() AS now;

@@ -8,12 +8,14 @@ INSERT INTO tickwork_tasks (
     name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
     next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
     retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
-    until_at, max_runs, origin, declared_at, max_lost, queue, created_at, updated_at)
+    until_at, max_runs, origin, declared_at, max_lost, queue, lock, max_running, rate_limit,
+    created_at, updated_at)
 VALUES (
     :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval, :scheduled_at,
     :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
     :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :max_runtime,
-    :until, :max_runs, :origin, :declared_at, :max_lost, :queue, :now, :now)
+    :until, :max_runs, :origin, :declared_at, :max_lost, :queue, :lock, :max_running, :rate_limit,
+    :now, :now)
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
 DO NOTHING
 RETURNING *;
@@ -25,9 +27,25 @@ WHERE key = :key AND status IN ('PENDING', 'RUNNING', 'PAUSED');
 
 -- name: next_due_at
 -- Earliest dispatch time among the tasks this node can run (its names, its queues).
-SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names))
-  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues))) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused);
+-- For a task with a limit: the earliest moment it may start (a rate's next allowed start
+-- if later than its dispatch time; one held back by a full lock or max_running is due).
+SELECT MIN(next_run_at) AS next_run_at FROM (
+    SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
+    WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names))
+      AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
+      AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+      AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+    UNION ALL
+    SELECT CASE WHEN l.tat IS NOT NULL AND l.tat > t.next_run_at THEN l.tat ELSE t.next_run_at END
+    FROM (
+        SELECT name, MIN(next_run_at) AS next_run_at FROM tickwork_tasks
+        WHERE status = 'PENDING' AND (lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+          AND name IN (SELECT value FROM json_each(:names))
+          AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
+          AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+        GROUP BY name
+    ) t LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name
+) due;
 
 -- name: claim_candidates
 -- Due tasks this node can run, best first; claimed one by one with claim_task.
@@ -37,6 +55,7 @@ WHERE status = 'PENDING' AND next_run_at <= :now
   AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
   AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
   AND id NOT IN (SELECT value FROM json_each(:exclude))
+  AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
 ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 

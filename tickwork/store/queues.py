@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
+from tickwork.model import Task
 from tickwork.store.dialect import Dialect, notify
 
 MAX_QUEUES = 1000
@@ -26,6 +27,33 @@ class QueueInfo:
     running: int
     oldest_due: datetime | None
     """The oldest due task's dispatch time (None: none due)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LimitFacts:
+    """What holds a task's limits now (``why_waiting``)."""
+
+    running: int | None = None
+    """RUNNING tasks of its name that have a max_running (None: it has none)."""
+    lock_holder: int | None = None
+    """The RUNNING task holding its lock, if any."""
+    rate_next: datetime | None = None
+    """Its name's rate: the next allowed start (None: no rate, or never started)."""
+
+
+def limit_facts(d: Dialect, name: str, lock: str | None, rate: bool, max_running: bool) -> LimitFacts:
+    with d.reader() as s:
+        running = holder = tat = None
+        if max_running:
+            rows = s.fetch_all("running_by_name", {"names": d.encode_names([name])})
+            running = int(rows[0]["running"]) if rows else 0
+        if lock is not None:
+            row = s.fetch_one("lock_holder", {"lock": lock})
+            holder = None if row is None else int(row["id"])
+        if rate:
+            rows = s.fetch_all("limit_states", {"keys": d.encode_names([f"rate:{name}"])})
+            tat = d.decode_time(rows[0]["tat"]) if rows else None
+    return LimitFacts(running, holder, tat)
 
 
 def set_paused(d: Dialect, name: str, paused: bool) -> None:
@@ -77,3 +105,8 @@ class QueueOps:
 
     def queues(self, name: str | None = None) -> list[QueueInfo]:
         return listed(self.dialect, name)
+
+    def limit_facts(self, task: Task) -> LimitFacts:
+        return limit_facts(
+            self.dialect, task.name, task.lock, task.rate_limit is not None, task.max_running is not None
+        )

@@ -5,12 +5,14 @@ of times a second; the dialect's ``HotPath`` decides how each write reaches the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from tickwork.model import Claim, Outcome, Renewal
+from tickwork.store import limits
 from tickwork.store.dialect import Dialect, Row, Session, notify
 from tickwork.store.rows import Decoder
 
@@ -51,17 +53,43 @@ class Runs:
                 "names": d.encode_names(names),
                 "exclude": d.encode_ids(exclude),
                 "limit": limit,
+                "limited": False,
                 **queue_params(d, queues),
             }
-            if self.strategy == "skip_locked":
-                rows = s.fetch_all("claim_skip_locked", params)
-            else:
-                rows = self._claim_optimistic(s, params, list(exclude))
+            claims = self._claim_limited(s, params, limit)
+            params["limit"] = limit - len(claims)
+            rows: list[Row] = []
+            if params["limit"] > 0:
+                if self.strategy == "skip_locked":
+                    rows = s.fetch_all("claim_skip_locked", params)
+                else:
+                    rows = self._claim_optimistic(s, params, list(exclude))
             for row in rows:
                 claim = self._decode_claimed(s, row)
                 if claim is not None:
                     claims.append(claim)
         claims.sort(key=lambda c: (c.task.next_run_at, -c.task.priority, c.task.id))
+        return claims
+
+    def _claim_limited(self, s: Session, params: dict[str, Any], limit: int) -> list[Claim]:
+        """Tasks with a limit, claimed first (store/limits.py): on SQLite within the claim's
+        own transaction, on PostgreSQL in a transaction of their own, opened only when
+        such a task is due."""
+        found = limits.candidates(self.dialect, s, params)
+        if not found:
+            return []
+        if self.dialect.notifies:
+            with self.dialect.transaction() as t:
+                return self._decoded(t, *limits.claim(self.dialect, t, found, params, limit))
+        return self._decoded(s, *limits.claim(self.dialect, s, found, params, limit))
+
+    def _decoded(self, s: Session, rows: list[Row], judged_at: dict[int, datetime]) -> list[Claim]:
+        claims = []
+        for row in rows:
+            claim = self._decode_claimed(s, row)
+            if claim is not None:
+                when = judged_at.get(claim.task.id)
+                claims.append(claim if when is None else dataclasses.replace(claim, judged_at=when))
         return claims
 
     def _claim_optimistic(self, s: Session, params: dict[str, Any], exclude: list[int]) -> list[Row]:

@@ -62,7 +62,7 @@ class SQLiteDialect:
         self.path = path
         self.clock = clock
         self.texts = queries.load(
-            "queries.sql", "retention.sql", "edits.sql", "insights.sql", "queues.sql", "sqlite.sql"
+            "queries.sql", "retention.sql", "edits.sql", "insights.sql", "queues.sql", "limits.sql", "sqlite.sql"
         )
         # One statement per row inside one write transaction: in-process statements cost
         # no round trip, and the file lock taken at BEGIN makes read-then-write safe.

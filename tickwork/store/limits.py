@@ -1,0 +1,120 @@
+"""The claim of tasks that have a limit (``lock``, ``max_running``, ``rate_limit``), in
+one transaction of its own: hold the limit keys, count what runs under them, let
+``tickwork.limits.choose`` decide, claim the chosen ones by compare-and-set, and write
+the keys' new state — so that no interleaving of nodes can exceed a limit.
+
+On PostgreSQL each key is held with a transaction-level advisory lock taken with a
+*try* (a key another node is claiming for right now is left to it this round, never
+waited for); the counts are read after the keys are held, so under READ COMMITTED they
+see every claim the key's previous holder committed. A run that ends only lowers a
+count, so the writes that end runs need no key. SQLite's claim transaction holds the
+database's one write lock, which orders everything by itself. A unique index on the
+lock of RUNNING tasks makes two holders of one lock impossible to write, whatever this
+reasoning misses.
+
+Tasks without a limit never reach this module: the other claim statements leave out
+every task that has one, so their cost does not depend on how many are held back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from tickwork import limits
+from tickwork.limits import Candidate, KeyState
+from tickwork.store.dialect import Dialect, Row, Session
+
+log = logging.getLogger("tickwork.store")
+
+SCAN = 500
+"""Most due limited tasks one claim reads; those held back by a full limit are passed
+over, so a claim looks this far behind them for others that may start."""
+
+
+def candidates(d: Dialect, s: Session, params: dict[str, Any]) -> list[Candidate]:
+    """The due limited tasks this node could run, in claim order."""
+    rows = s.fetch_all("limited_candidates", {**params, "scan": SCAN})
+    return [
+        Candidate(
+            id=int(r["id"]),
+            version=int(r["version"]),
+            name=str(r["name"]),
+            next_run_at=_time(d, r["next_run_at"]),
+            lock=r["lock"],
+            max_running=None if r["max_running"] is None else int(r["max_running"]),
+            rate_limit=r["rate_limit"],
+        )
+        for r in rows
+    ]
+
+
+def claim(
+    d: Dialect, s: Session, found: Sequence[Candidate], params: dict[str, Any], free: int
+) -> tuple[list[Row], dict[int, datetime]]:
+    """Claim what ``found``'s limits let start, up to ``free``, in the transaction ``s``.
+    Returns the claimed rows (as the other claims return them) and, per task id, the
+    moment the misfire policy judges it at when a limit held it back."""
+    keys = limits.all_keys(found)
+    now = _transaction_now(d, s, params)
+    usable = set(keys) if not d.notifies else {k for k in keys if _try_key(s, k)}
+    if not usable:
+        return [], {}
+    held = [c for c in found if all(k in usable for k in c.limit_keys())]
+    choice = limits.choose(held, free, running=_running(d, s, held), states=_states(d, s, keys), now=now)
+    rows: list[Row] = []
+    if choice.chosen:
+        chosen = sorted(choice.chosen, key=lambda c: c.id)  # rows are locked in id order
+        cas = [{"id": c.id, "version": c.version} for c in chosen]
+        rows = d.hot_path.compare_and_set(s, cas, {**params, "limited": True})
+    won = {int(r["id"]) for r in rows}
+    for key, state in choice.states.items():
+        # Written even when a chosen task's compare-and-set lost (edited or cancelled
+        # meanwhile): the start it was given goes unused, which never exceeds a rate.
+        s.execute(
+            "set_limit_state",
+            {"key": key, "tat": d.encode_time(state.tat), "full_since": d.encode_time(state.full_since)},
+        )
+    return rows, {i: t for i, t in choice.judged_at.items() if i in won}
+
+
+def _transaction_now(d: Dialect, s: Session, params: dict[str, Any]) -> datetime:
+    """The instant this transaction's ``:now`` reads: the grant time of its starts."""
+    if d.notifies:
+        row = s.fetch_one("transaction_now", {})
+        assert row is not None
+        return _time(d, row["now"])
+    return _time(d, params["now"])
+
+
+def _try_key(s: Session, key: str) -> bool:
+    row = s.fetch_one("try_limit_key", {"key": key})
+    return row is not None and bool(row["got"])
+
+
+def _running(d: Dialect, s: Session, found: Sequence[Candidate]) -> dict[str, int]:
+    names = sorted({c.name for c in found if c.max_running is not None})
+    locks = sorted({c.lock for c in found if c.lock is not None})
+    running: dict[str, int] = {}
+    if names:
+        for r in s.fetch_all("running_by_name", {"names": d.encode_names(names)}):
+            running[limits.name_key(str(r["name"]))] = int(r["running"])
+    if locks:
+        for r in s.fetch_all("running_locks", {"locks": d.encode_names(locks)}):
+            running[limits.lock_key(str(r["lock"]))] = int(r["running"])
+    return running
+
+
+def _states(d: Dialect, s: Session, keys: Sequence[str]) -> dict[str, KeyState]:
+    rows = s.fetch_all("limit_states", {"keys": d.encode_names(list(keys))})
+    return {
+        str(r["key"]): KeyState(tat=d.decode_time(r["tat"]), full_since=d.decode_time(r["full_since"])) for r in rows
+    }
+
+
+def _time(d: Dialect, value: Any) -> datetime:
+    decoded = d.decode_time(value)
+    assert decoded is not None
+    return decoded

@@ -1,0 +1,36 @@
+-- Cluster-wide limits (store/limits.py, tickwork/limits.py): the claim of tasks that have
+-- a lock, a max_running or a rate_limit, inside one transaction.
+
+-- name: limited_candidates
+-- Due tasks with a limit this node can run, in claim order. Bounded by :scan: tasks
+-- held back by a full limit are read and passed over, up to that many a claim.
+SELECT id, version, name, next_run_at, lock, max_running, rate_limit FROM tickwork_tasks
+WHERE status = 'PENDING' AND next_run_at <= :now
+  AND (lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+  AND name IN (SELECT value FROM json_each(:names))
+  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
+  AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+  AND id NOT IN (SELECT value FROM json_each(:exclude))
+ORDER BY next_run_at, priority DESC, id
+LIMIT :scan;
+
+-- name: running_by_name
+-- RUNNING tasks that have a max_running, per name (read after the names' keys are held).
+SELECT name, COUNT(*) AS running FROM tickwork_tasks
+WHERE status = 'RUNNING' AND max_running IS NOT NULL AND name IN (SELECT value FROM json_each(:names))
+GROUP BY name;
+
+-- name: running_locks
+SELECT lock, COUNT(*) AS running FROM tickwork_tasks
+WHERE status = 'RUNNING' AND lock IS NOT NULL AND lock IN (SELECT value FROM json_each(:locks))
+GROUP BY lock;
+
+-- name: limit_states
+SELECT key, tat, full_since FROM tickwork_limits WHERE key IN (SELECT value FROM json_each(:keys));
+
+-- name: set_limit_state
+INSERT INTO tickwork_limits (key, tat, full_since) VALUES (:key, :tat, :full_since)
+ON CONFLICT (key) DO UPDATE SET tat = excluded.tat, full_since = excluded.full_since;
+
+-- name: lock_holder
+SELECT id FROM tickwork_tasks WHERE status = 'RUNNING' AND lock = :lock LIMIT 1;

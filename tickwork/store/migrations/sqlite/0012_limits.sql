@@ -1,0 +1,22 @@
+-- Cluster-wide limits (tickwork/limits.py): a schedule's lock, and its name's max_running
+-- and rate_limit (copied from @app.task when scheduled; a sync or an edit brings them in
+-- line). Tasks with a limit are claimed through their own index, under per-key locks;
+-- the claim of every other task never reads them.
+ALTER TABLE tickwork_tasks ADD COLUMN lock TEXT;
+ALTER TABLE tickwork_tasks ADD COLUMN max_running INTEGER;
+ALTER TABLE tickwork_tasks ADD COLUMN rate_limit TEXT;
+CREATE INDEX tickwork_tasks_limited ON tickwork_tasks (next_run_at, priority DESC, id)
+    WHERE status = 'PENDING' AND (lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL);
+CREATE INDEX tickwork_tasks_running_limited ON tickwork_tasks (name)
+    WHERE status = 'RUNNING' AND max_running IS NOT NULL;
+-- The lock's guarantee does not rest on the claim's reasoning alone: two RUNNING tasks
+-- with one lock cannot be written.
+CREATE UNIQUE INDEX tickwork_tasks_running_lock ON tickwork_tasks (lock)
+    WHERE status = 'RUNNING' AND lock IS NOT NULL;
+-- Per limit key: a rate's next allowed start (tat), and since when the limit has held a
+-- due task back (full_since: that wait does not count as late).
+CREATE TABLE tickwork_limits (
+    key        TEXT        PRIMARY KEY,
+    tat        INTEGER,
+    full_since INTEGER
+);
