@@ -104,11 +104,16 @@ def _thaw(value: Any) -> Any:
 
 
 SCAN_LIMITED = 500
-"""store/limits.SCAN: most due limited tasks one claim reads."""
+"""store/limits.SCAN: most due tasks of the lane one claim reads."""
 
 
-def _has_limit(task: Task) -> bool:
-    return task.lock is not None or task.max_running is not None or task.rate_limit is not None
+def _in_lane(task: Task) -> bool:
+    """limits.sql's lane: a limit, or a priority other than 0."""
+    return task.priority != 0 or task.lock is not None or task.max_running is not None or task.rate_limit is not None
+
+
+def _lane_order(task: Task) -> tuple[int, datetime, int]:
+    return (-task.priority, task.next_run_at, task.id)
 
 
 def _claim_order(task: Task) -> tuple[datetime, int, int]:
@@ -555,17 +560,21 @@ class FakeStore:
                 and (served is None or t.queue in served)
                 and not self._paused(t.queue)
             ]
-            limited = sorted((t for t in claimable if _has_limit(t)), key=_claim_order)[:SCAN_LIMITED]
-            claims = self._claim_limited(limited, limit, node, now, until)
-            due = heapq.nsmallest(limit - len(claims), (t for t in claimable if not _has_limit(t)), key=_claim_order)
+            lane = sorted((t for t in claimable if _in_lane(t)), key=_lane_order)[:SCAN_LIMITED]
+            claims = self._claim_limited([t for t in lane if t.priority >= 0], limit, node, now, until)
+            due = heapq.nsmallest(limit - len(claims), (t for t in claimable if not _in_lane(t)), key=_claim_order)
             claims += [self._claim_task(t, node, now, until) for t in due]
-            return sorted(claims, key=lambda c: _claim_order(c.task))
+            if len(claims) < limit:
+                low = [self._tasks[t.id] for t in lane if t.priority < 0]
+                claims += self._claim_limited(low, limit - len(claims), node, now, until)
+            return sorted(claims, key=lambda c: _lane_order(c.task))
 
     def _claim_limited(self, found: list[Task], free: int, node: str, now: datetime, until: datetime) -> list[Claim]:
         """limits.sql's transaction: count what runs under each key, let limits.choose
         decide, claim the chosen, keep the keys' new state."""
         candidates = [
-            limits.Candidate(t.id, t.version, t.name, t.next_run_at, t.lock, t.max_running, t.rate_limit) for t in found
+            limits.Candidate(t.id, t.version, t.name, t.next_run_at, t.priority, t.lock, t.max_running, t.rate_limit)
+            for t in found
         ]
         running: Counter[str] = Counter()
         for t in self._tasks.values():

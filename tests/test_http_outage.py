@@ -92,7 +92,9 @@ def test_requests_fail_fast_and_in_parallel_while_the_database_is_away(
     app = make_app(url)
     started = time.monotonic()
     with client_of(app, token=TOKEN) as api:
-        assert time.monotonic() - started < 1.0  # start-up does not wait for the database
+        # Start-up does not wait for the database: a hung one would hold it for the
+        # connect timeout (10 s); anything well under that is the machine's own speed.
+        assert time.monotonic() - started < 5.0
         for _ in range(2):  # the first wave meets a store being opened, the second one that failed
             answers, slowest = in_parallel(api, REQUESTS * 2)
             assert_unavailable(answers)

@@ -472,20 +472,33 @@ def test_claim_respects_limit(store: Store) -> None:
     assert sorted(claimed) == sorted(t.id for t in tasks)
 
 
-def test_claim_order_oldest_due_first_priority_breaks_ties(store: Store) -> None:
+def test_claim_order_higher_priority_first_then_oldest_due(store: Store) -> None:
     slot = store.now() - timedelta(seconds=20)
     low_tie = insert_one(store, one_time(store, scheduled_at=slot, next_run_at=slot, priority=0))
     high_tie = insert_one(store, one_time(store, scheduled_at=slot, next_run_at=slot, priority=5))
     oldest = insert_one(store, one_time(store, offset=-1000, priority=-1))
+    older = insert_one(store, one_time(store, offset=-500, priority=0))
     newest = insert_one(store, one_time(store, offset=-5, priority=50))
     insert_one(store, one_time(store, offset=3600, priority=100))  # not due, whatever its priority
     insert_one(store, one_time(store, name=OTHER, priority=1000))  # another name
 
     two = store.claim("node-a", [NAME], 2, LEASE)
-    assert [c.task.id for c in two] == [oldest.id, high_tie.id]
-    order = [claim_one(store).task.id for _ in range(2)]
-    assert order == [low_tie.id, newest.id]
+    assert [c.task.id for c in two] == [newest.id, high_tie.id]
+    order = [claim_one(store).task.id for _ in range(3)]
+    assert order == [older.id, low_tie.id, oldest.id]  # below 0: after every other due task
     assert store.claim("node-a", [NAME], 10, LEASE) == []
+
+
+@real_stores_only("the claim's cost behind a backlog is the SQL stores' (the order is pinned above)")
+def test_a_high_priority_task_overtakes_a_backlog_of_100000_due_tasks(store: Store) -> None:
+    """Issue 17: one claim round takes it first, however many are due before it."""
+    slot = store.now() - timedelta(seconds=60)
+    backlog = one_time(store, scheduled_at=slot, next_run_at=slot)
+    for _ in range(10):
+        store.insert_tasks([backlog] * 10_000)
+    urgent = insert_one(store, one_time(store, offset=-1, priority=10))
+    first = store.claim("node-a", [NAME], 8, LEASE)
+    assert first[0].task.id == urgent.id and len(first) == 8
 
 
 def test_each_claim_bumps_version_by_exactly_one(store: Store) -> None:

@@ -218,7 +218,7 @@ def test_rates_and_limits_are_checked_naming_the_field() -> None:
 
 def test_choose_never_gives_a_rate_more_than_one_start_an_interval() -> None:
     now = datetime(2026, 1, 1, 10)
-    cands = [Candidate(i, 1, "r", now - timedelta(seconds=1), None, None, "10/s") for i in range(5)]
+    cands = [Candidate(i, 1, "r", now - timedelta(seconds=1), 0, None, None, "10/s") for i in range(5)]
     first = limits.choose(cands, 10, running={}, states={}, now=now)
     assert [c.id for c in first.chosen] == [0]
     assert first.states["rate:r"] == KeyState(tat=now + timedelta(seconds=0.1), full_since=now)

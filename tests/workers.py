@@ -23,6 +23,7 @@ class WorkerProcess:
         concurrency: int = 4,
         env: dict[str, str] | None = None,
         args: tuple[str, ...] = (),
+        app: str = "tests.apps.basic:app",
     ):
         self.options = ("-c", str(concurrency), *args)
         self.log = records.parent / f"worker-{id(self)}.log"
@@ -34,7 +35,7 @@ class WorkerProcess:
             **(env or {}),
         }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tickwork.cli", "-v", "worker", "tests.apps.basic:app", *self.options],
+            [sys.executable, "-m", "tickwork.cli", "-v", "worker", app, *self.options],
             cwd=ROOT,
             env=full_env,
             stdout=self._log_file,
@@ -88,9 +89,14 @@ class Fleet:
         self.procs: list[WorkerProcess] = []
 
     def start(
-        self, *, concurrency: int = 4, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+        self,
+        *,
+        concurrency: int = 4,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+        app: str = "tests.apps.basic:app",
     ) -> WorkerProcess:
-        worker = WorkerProcess(self.db_url, self.records, concurrency=concurrency, env=env, args=args)
+        worker = WorkerProcess(self.db_url, self.records, concurrency=concurrency, env=env, args=args, app=app)
         self.procs.append(worker)
         return worker
 

@@ -100,6 +100,7 @@ class Candidate:
     version: int
     name: str
     next_run_at: datetime
+    priority: int
     lock: str | None
     max_running: int | None
     rate_limit: str | None

@@ -171,7 +171,7 @@ def _field(task: Task, field: str, value: Any) -> str | None:
         return f"{value} (lost with their node and run again, of at most {task.max_lost} in a row)"
     if field == "replan_at":
         return None if value is None else f"{value} (the edited schedule's slot, once the current run ends)"
-    if field in ("replan_run_at", "declared_at") and value is None:
+    if field in ("replan_run_at", "declared_at", "lock", "max_running", "rate_limit") and value is None:
         return None
     return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 

@@ -43,12 +43,13 @@ from tickwork.model import Status
 @click.option("--until", type=Moment(), metavar="ISO8601", help="Recurring: no slot after this time.")
 @click.option("--max-runs", type=Count(), metavar="N", help="Recurring: at most N runs in all.")
 @click.option("--queue", help="The queue it goes to (default: the task's, else 'default').")
+@click.option("--lock", help="At most one task holding this lock runs at a time, across every node.")
 @errors_as_messages
 def schedule(
     app_spec: str, name: str, cron: str | None, timezone: str, every: float | None, delay: float | None,
     at_text: str | None, args_json: str, kwargs_json: str, key: str | None, replace: bool, max_retries: int | None,
     retry_backoff: float | None, timeout: float | None, jitter: float | None, priority: int | None,
-    misfire: str | None, until: datetime | None, max_runs: int | None, queue: str | None,
+    misfire: str | None, until: datetime | None, max_runs: int | None, queue: str | None, lock: str | None,
 ) -> None:  # fmt: skip
     """Schedule task NAME of APP once (now, --delay, --at) or recurring (--cron, --every).
 
@@ -61,7 +62,8 @@ def schedule(
         name, args=parse_json("args", args_json), kwargs=parse_json("kwargs", kwargs_json), delay=delay,
         at=parse_datetime("at", at_text), cron=cron, timezone=timezone, every=every, key=key,
         max_retries=max_retries, retry_backoff=retry_backoff, timeout=timeout, jitter=jitter,
-        priority=priority, misfire=misfire, until=until, max_runs=max_runs, queue=queue, replace=replace,
+        priority=priority, misfire=misfire, until=until, max_runs=max_runs, queue=queue, lock=lock,
+        replace=replace,
     )  # fmt: skip
     if task.existed:
         verdict = (

@@ -35,14 +35,16 @@ over, so a claim looks this far behind them for others that may start."""
 
 
 def candidates(d: Dialect, s: Session, params: dict[str, Any]) -> list[Candidate]:
-    """The due limited tasks this node could run, in claim order."""
-    rows = s.fetch_all("limited_candidates", {**params, "scan": SCAN})
+    """The lane's due tasks this node could run (with a limit or a priority above 0),
+    in claim order: highest priority first, then the oldest due."""
+    rows = s.fetch_all("lane_candidates", {**params, "scan": SCAN})
     return [
         Candidate(
             id=int(r["id"]),
             version=int(r["version"]),
             name=str(r["name"]),
             next_run_at=_time(d, r["next_run_at"]),
+            priority=int(r["priority"]),
             lock=r["lock"],
             max_running=None if r["max_running"] is None else int(r["max_running"]),
             rate_limit=r["rate_limit"],
@@ -54,21 +56,18 @@ def candidates(d: Dialect, s: Session, params: dict[str, Any]) -> list[Candidate
 def claim(
     d: Dialect, s: Session, found: Sequence[Candidate], params: dict[str, Any], free: int
 ) -> tuple[list[Row], dict[int, datetime]]:
-    """Claim what ``found``'s limits let start, up to ``free``, in the transaction ``s``.
-    Returns the claimed rows (as the other claims return them) and, per task id, the
-    moment the misfire policy judges it at when a limit held it back."""
+    """Claim what ``found``'s limits let start, up to ``free``, in the session ``s`` (a
+    transaction when any has a limit). Returns the claimed rows (as the other claims
+    return them) and, per task id, the moment the misfire policy judges it at when a
+    limit held it back."""
     keys = limits.all_keys(found)
-    now = _transaction_now(d, s, params)
-    usable = set(keys) if not d.notifies else {k for k in keys if _try_key(s, k)}
-    if not usable:
-        return [], {}
-    held = [c for c in found if all(k in usable for k in c.limit_keys())]
-    choice = limits.choose(held, free, running=_running(d, s, held), states=_states(d, s, keys), now=now)
+    # Only priorities: nothing to count.
+    choice = _choose(d, s, found, keys, params, free) if keys else limits.Choice(chosen=list(found[:free]))
     rows: list[Row] = []
     if choice.chosen:
         chosen = sorted(choice.chosen, key=lambda c: c.id)  # rows are locked in id order
         cas = [{"id": c.id, "version": c.version} for c in chosen]
-        rows = d.hot_path.compare_and_set(s, cas, {**params, "limited": True})
+        rows = d.hot_path.compare_and_set(s, cas, {**params, "lane": True})
     won = {int(r["id"]) for r in rows}
     for key, state in choice.states.items():
         # Written even when a chosen task's compare-and-set lost (edited or cancelled
@@ -78,6 +77,17 @@ def claim(
             {"key": key, "tat": d.encode_time(state.tat), "full_since": d.encode_time(state.full_since)},
         )
     return rows, {i: t for i, t in choice.judged_at.items() if i in won}
+
+
+def _choose(
+    d: Dialect, s: Session, found: Sequence[Candidate], keys: list[str], params: dict[str, Any], free: int
+) -> limits.Choice:
+    """Hold the keys (PostgreSQL: those no other node holds now), then read what runs
+    under them and decide."""
+    now = _transaction_now(d, s, params)
+    usable = set(keys) if not d.notifies else {k for k in keys if _try_key(s, k)}
+    held = [c for c in found if all(k in usable for k in c.limit_keys())]
+    return limits.choose(held, free, running=_running(d, s, held), states=_states(d, s, keys), now=now)
 
 
 def _transaction_now(d: Dialect, s: Session, params: dict[str, Any]) -> datetime:

@@ -27,7 +27,7 @@ SELECT MIN(next_run_at) AS next_run_at FROM (
 SELECT id, version FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
   AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-  AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+  AND priority = 0 AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
 ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 
@@ -39,7 +39,7 @@ WITH picked AS (
     SELECT id FROM tickwork_tasks
     WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
       AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-      AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+      AND priority = 0 AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
     ORDER BY next_run_at, priority DESC, id
     LIMIT :limit
     FOR NO KEY UPDATE SKIP LOCKED
@@ -70,8 +70,8 @@ WITH candidate AS (
     SELECT t.id FROM tickwork_tasks t JOIN candidate c ON c.id = t.id
     WHERE t.version = c.version AND t.status = 'PENDING'
       AND t.queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)  -- paused since the read
-      -- a limit given since the read: such a task is claimed only under its keys (limits.sql)
-      AND (:limited OR (t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL))
+      -- a limit or a priority given since the read: such a task is the lane's (limits.sql)
+      AND (:lane OR (t.priority = 0 AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL))
     ORDER BY t.id
     FOR NO KEY UPDATE OF t SKIP LOCKED
 ), claimed AS (
@@ -222,13 +222,13 @@ WHERE t.status = 'RUNNING' AND t.lease_expires_at < :now AND NOT (t.id = ANY(:ex
 ORDER BY t.lease_expires_at
 LIMIT :limit;
 
--- name: limited_candidates
-SELECT id, version, name, next_run_at, lock, max_running, rate_limit FROM tickwork_tasks
+-- name: lane_candidates
+SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now
-  AND (lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+  AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
   AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
   AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-ORDER BY next_run_at, priority DESC, id
+ORDER BY priority DESC, next_run_at, id
 LIMIT :scan;
 
 -- name: running_by_name

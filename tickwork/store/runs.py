@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from tickwork.limits import Candidate
 from tickwork.model import Claim, Outcome, Renewal
 from tickwork.store import limits
 from tickwork.store.dialect import Dialect, Row, Session, notify
@@ -53,10 +54,11 @@ class Runs:
                 "names": d.encode_names(names),
                 "exclude": d.encode_ids(exclude),
                 "limit": limit,
-                "limited": False,
+                "lane": False,
                 **queue_params(d, queues),
             }
-            claims = self._claim_limited(s, params, limit)
+            lane = limits.candidates(d, s, params)
+            claims = self._claim_lane(s, params, [c for c in lane if c.priority >= 0], limit)
             params["limit"] = limit - len(claims)
             rows: list[Row] = []
             if params["limit"] > 0:
@@ -68,17 +70,19 @@ class Runs:
                 claim = self._decode_claimed(s, row)
                 if claim is not None:
                     claims.append(claim)
-        claims.sort(key=lambda c: (c.task.next_run_at, -c.task.priority, c.task.id))
+            if len(claims) < limit and (low := [c for c in lane if c.priority < 0]):
+                claims += self._claim_lane(s, params, low, limit - len(claims))
+        claims.sort(key=lambda c: (-c.task.priority, c.task.next_run_at, c.task.id))  # slots take them in this order
         return claims
 
-    def _claim_limited(self, s: Session, params: dict[str, Any], limit: int) -> list[Claim]:
-        """Tasks with a limit, claimed first (store/limits.py): on SQLite within the claim's
-        own transaction, on PostgreSQL in a transaction of their own, opened only when
-        such a task is due."""
-        found = limits.candidates(self.dialect, s, params)
+    def _claim_lane(self, s: Session, params: dict[str, Any], found: list[Candidate], limit: int) -> list[Claim]:
+        """Part of the lane (store/limits.py): due tasks with a limit or a priority other
+        than 0, highest priority first. With a limit among them: on SQLite within the
+        claim's own transaction, on PostgreSQL in a transaction of their own, opened
+        only then."""
         if not found:
             return []
-        if self.dialect.notifies:
+        if self.dialect.notifies and any(c.limit_keys() for c in found):
             with self.dialect.transaction() as t:
                 return self._decoded(t, *limits.claim(self.dialect, t, found, params, limit))
         return self._decoded(s, *limits.claim(self.dialect, s, found, params, limit))

@@ -8,7 +8,7 @@ WHERE status = 'PENDING' AND next_run_at <= :now
   AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
   AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
   AND id NOT IN (SELECT value FROM json_each(:exclude))
-  AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+  AND priority = 0 AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
 ORDER BY next_run_at, priority DESC, id
 LIMIT :limit;
 

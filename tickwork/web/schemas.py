@@ -104,6 +104,9 @@ class ScheduleIn(BaseModel):
     until: Moment | None = Field(None, description="Recurring only: no slot after this time (ISO 8601 with an offset).")
     max_runs: Count | None = Field(None, description="Recurring only: no run after this many.")
     queue: QueueName | None = Field(None, description="The queue it goes to (default: the task's registered one).")
+    lock: Text | None = Field(
+        None, max_length=200, description="At most one task holding this lock runs at a time, across every node."
+    )
     replace: StrictBool = Field(
         False, description="With a key held by a live task: update that task in place to this definition."
     )
@@ -200,6 +203,9 @@ class TaskOut(BaseModel):
     replan_run_at: datetime | None
     max_lost: int = Field(description="Lost runs (node died) run again in a row before one counts as a failure.")
     queue: str = Field(description="The queue it is claimed from.")
+    lock: str | None = Field(None, description="At most one task holding this lock runs at a time (schedule(lock=)).")
+    max_running: int | None = Field(None, description="At most this many runs of its name at once, cluster-wide.")
+    rate_limit: str | None = Field(None, description="At most this many starts of its name per window, e.g. 100/m.")
     waiting: str | None = Field(
         None, description="Why a due task is not running, e.g. its queue is paused (GET /tasks/{id} only)."
     )
