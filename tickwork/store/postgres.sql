@@ -5,23 +5,21 @@
 -- does not hand out a lease that is already partly spent.
 
 -- name: next_due_at
--- The earliest dispatch time among tasks without a limit, or the earliest moment one
--- with a limit may start (next_limited_due).
-SELECT MIN(next_run_at) AS next_run_at FROM (
-    SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-    WHERE status = 'PENDING' AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues))
-      AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-      AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
-    UNION ALL
-    SELECT CASE WHEN l.tat IS NOT NULL AND l.tat > t.next_run_at THEN l.tat ELSE t.next_run_at END
-    FROM (
-        SELECT name, MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-        WHERE status = 'PENDING' AND (lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
-          AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues))
-          AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-        GROUP BY name
-    ) t LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name
-) due;
+SELECT
+    (SELECT next_run_at FROM tickwork_tasks
+     WHERE status = 'PENDING' AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues))
+       AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+       AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+     ORDER BY next_run_at LIMIT 1) AS plain,
+    (SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > t.next_run_at THEN l.tat ELSE t.next_run_at END)
+     FROM (
+         SELECT name, MIN(next_run_at) AS next_run_at FROM tickwork_tasks
+         WHERE status = 'PENDING'
+           AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+           AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues))
+           AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+         GROUP BY name
+     ) t LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name) AS lane;
 
 -- name: claim_candidates
 SELECT id, version FROM tickwork_tasks
@@ -68,10 +66,16 @@ WITH candidate AS (
     SELECT * FROM unnest(:ids::bigint[], :versions::bigint[]) AS c(id, version)
 ), locked AS (
     SELECT t.id FROM tickwork_tasks t JOIN candidate c ON c.id = t.id
-    WHERE t.version = c.version AND t.status = 'PENDING'
+    -- Found by primary key, whatever the statistics say: written as it is, the status test
+    -- does not match the claim index's predicate, which the planner (with statistics that
+    -- lag a burst of inserts) would otherwise walk whole to find these few rows.
+    WHERE t.id = ANY(:ids::bigint[])
+      AND t.version = c.version AND t.status::text = 'PENDING'::text COLLATE "C"
       AND t.queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)  -- paused since the read
       -- a limit or a priority given since the read: such a task is the lane's (limits.sql)
-      AND (:lane OR (t.priority = 0 AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL))
+      -- (priority + 0: a filter on the rows found by id; as an index condition the planner
+      -- would walk every PENDING task for it)
+      AND (:lane OR (t.priority + 0 = 0 AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL))
     ORDER BY t.id
     FOR NO KEY UPDATE OF t SKIP LOCKED
 ), claimed AS (

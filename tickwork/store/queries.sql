@@ -26,26 +26,29 @@ SELECT * FROM tickwork_tasks
 WHERE key = :key AND status IN ('PENDING', 'RUNNING', 'PAUSED');
 
 -- name: next_due_at
--- Earliest dispatch time among the tasks this node can run (its names, its queues).
--- For a task with a limit: the earliest moment it may start (a rate's next allowed start
--- if later than its dispatch time; one held back by a full lock or max_running is due).
-SELECT MIN(next_run_at) AS next_run_at FROM (
-    SELECT MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-    WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names))
-      AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
-      AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-      AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
-    UNION ALL
-    SELECT CASE WHEN l.tat IS NOT NULL AND l.tat > t.next_run_at THEN l.tat ELSE t.next_run_at END
-    FROM (
-        SELECT name, MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-        WHERE status = 'PENDING' AND (lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
-          AND name IN (SELECT value FROM json_each(:names))
-          AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
-          AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-        GROUP BY name
-    ) t LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name
-) due;
+-- Earliest dispatch time among the tasks this node can run (its names, its queues):
+-- "plain", of tasks without a limit (the claim index's first entry), and "lane", of
+-- those with one: a rate's next allowed start if later than the dispatch time (one held
+-- back by a full lock or max_running counts as due). Two scalar subqueries; the first an
+-- ORDER BY ... LIMIT 1, which reads the claim index's first match (PostgreSQL does not
+-- turn a MIN into that when the query has a subquery, as the paused-queue filter is).
+SELECT
+    (SELECT next_run_at FROM tickwork_tasks
+     WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names))
+       AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
+       AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+       AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+     ORDER BY next_run_at LIMIT 1) AS plain,
+    (SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > t.next_run_at THEN l.tat ELSE t.next_run_at END)
+     FROM (
+         SELECT name, MIN(next_run_at) AS next_run_at FROM tickwork_tasks
+         WHERE status = 'PENDING'
+           AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+           AND name IN (SELECT value FROM json_each(:names))
+           AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
+           AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+         GROUP BY name
+     ) t LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name) AS lane;
 
 -- name: claim_candidates
 -- Due tasks this node can run, best first; claimed one by one with claim_task.

@@ -131,7 +131,9 @@ class SQLStore(QueueOps):
         params = {"names": self.dialect.encode_names(names), **queue_params(self.dialect, queues)}
         with self.dialect.reader() as s:
             row = s.fetch_one("next_due_at", params)
-        return self.dialect.decode_time(row["next_run_at"]) if row else None
+        assert row is not None
+        found = [t for t in (self.dialect.decode_time(row["plain"]), self.dialect.decode_time(row["lane"])) if t]
+        return min(found, default=None)
 
     # -- claims and leases (runs.py) ------------------------------------------------
 
