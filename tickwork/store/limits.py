@@ -37,8 +37,12 @@ over, so a claim looks this far behind them for others that may start."""
 def candidates(d: Dialect, s: Session, params: dict[str, Any]) -> list[Candidate]:
     """The lane's due tasks this node could run (with a limit or a priority above 0),
     in claim order: highest priority first, then the oldest due."""
-    rows = s.fetch_all("lane_candidates", {**params, "scan": SCAN})
-    return [
+    return decode(d, s.fetch_all("lane_candidates", {**params, "scan": SCAN}))
+
+
+def decode(d: Dialect, rows: Sequence[Row]) -> list[Candidate]:
+    """Lane rows as candidates, in the lane's order (whatever order a union kept)."""
+    found = [
         Candidate(
             id=int(r["id"]),
             version=int(r["version"]),
@@ -51,6 +55,7 @@ def candidates(d: Dialect, s: Session, params: dict[str, Any]) -> list[Candidate
         )
         for r in rows
     ]
+    return sorted(found, key=lambda c: (-c.priority, c.next_run_at, c.id))
 
 
 def claim(

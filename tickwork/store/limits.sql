@@ -6,7 +6,7 @@
 -- highest priority first, then the oldest due (those of priority 0 and above claimed
 -- before the other due tasks, those below 0 after them). Bounded by :scan:
 -- tasks held back by a full limit are read and passed over, up to that many a claim.
-SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit FROM tickwork_tasks
+SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 1 AS lane FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
   AND name IN (SELECT value FROM json_each(:names))

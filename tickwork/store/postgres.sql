@@ -22,7 +22,7 @@ SELECT
      ) t LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name) AS lane;
 
 -- name: claim_candidates
-SELECT id, version FROM tickwork_tasks
+SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 0 AS lane FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
   AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
   AND priority = 0 AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
@@ -227,7 +227,7 @@ ORDER BY t.lease_expires_at
 LIMIT :limit;
 
 -- name: lane_candidates
-SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit FROM tickwork_tasks
+SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 1 AS lane FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
   AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))

@@ -30,4 +30,10 @@ def load(*files: str) -> dict[str, str]:
     queries: dict[str, str] = {}
     for file in files:
         queries.update(parse(resources.files(__package__).joinpath(file).read_text("utf-8")))
+    if "claim_candidates" in queries and "lane_candidates" in queries:
+        # One round trip for both kinds of candidate of an optimistic claim (limits.sql).
+        queries["claim_candidates_and_lane"] = (
+            f"SELECT * FROM ({queries['claim_candidates']}) AS main"
+            f" UNION ALL SELECT * FROM ({queries['lane_candidates']}) AS lane"
+        )
     return queries

@@ -52,7 +52,7 @@ SELECT
 
 -- name: claim_candidates
 -- Due tasks this node can run, best first; claimed one by one with claim_task.
-SELECT id, version FROM tickwork_tasks
+SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 0 AS lane FROM tickwork_tasks
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
   AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))

@@ -57,7 +57,12 @@ class Runs:
                 "lane": False,
                 **queue_params(d, queues),
             }
-            lane = limits.candidates(d, s, params)
+            if self.strategy == "skip_locked":
+                lane, plain = limits.candidates(d, s, params), []
+            else:  # both kinds of candidate in one round trip
+                both = s.fetch_all("claim_candidates_and_lane", {**params, "scan": limits.SCAN})
+                lane = limits.decode(d, [r for r in both if r["lane"]])
+                plain = [r for r in both if not r["lane"]]
             claims = self._claim_lane(s, params, [c for c in lane if c.priority >= 0], limit)
             params["limit"] = limit - len(claims)
             rows: list[Row] = []
@@ -65,7 +70,7 @@ class Runs:
                 if self.strategy == "skip_locked":
                     rows = s.fetch_all("claim_skip_locked", params)
                 else:
-                    rows = self._claim_optimistic(s, params, list(exclude))
+                    rows = self._claim_optimistic(s, params, list(exclude), plain[: params["limit"]])
             for row in rows:
                 claim = self._decode_claimed(s, row)
                 if claim is not None:
@@ -96,11 +101,12 @@ class Runs:
                 claims.append(claim if when is None else dataclasses.replace(claim, judged_at=when))
         return claims
 
-    def _claim_optimistic(self, s: Session, params: dict[str, Any], exclude: list[int]) -> list[Row]:
-        """Read the due candidates, then compare-and-set them. When some were lost (to
-        another node, or skipped as locked by someone) and more may be due, read once
-        more without them: a row held elsewhere must not starve the rest of the queue."""
-        candidates = s.fetch_all("claim_candidates", params)
+    def _claim_optimistic(
+        self, s: Session, params: dict[str, Any], exclude: list[int], candidates: list[Row]
+    ) -> list[Row]:
+        """Compare-and-set the due candidates read. When some were lost (to another node,
+        or skipped as locked by someone) and more may be due, read once more without
+        them: a row held elsewhere must not starve the rest of the queue."""
         if not candidates:
             return []
         rows = self.hot.compare_and_set(s, candidates, params)

@@ -2,7 +2,8 @@
 
 -- name: claim_candidates
 -- Walk the claim index in ORDER BY order and stop at LIMIT, however many are due.
-SELECT id, version FROM tickwork_tasks INDEXED BY tickwork_tasks_claim
+SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 0 AS lane
+FROM tickwork_tasks INDEXED BY tickwork_tasks_claim
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
   AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
@@ -25,7 +26,7 @@ LIMIT :limit;
 
 -- name: lane_candidates
 -- The lane's own index, in its order (tickwork/store/limits.sql).
-SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit
+SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 1 AS lane
 FROM tickwork_tasks INDEXED BY tickwork_tasks_lane
 WHERE status = 'PENDING' AND next_run_at <= :now
   AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
