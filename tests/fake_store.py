@@ -578,7 +578,7 @@ class FakeStore:
         ]
         running: Counter[str] = Counter()
         for t in self._tasks.values():
-            if t.status is Status.RUNNING and t.max_running is not None:
+            if t.status is Status.RUNNING:
                 running[limits.name_key(t.name)] += 1
             if t.status is Status.RUNNING and t.lock is not None:
                 running[limits.lock_key(t.lock)] += 1
@@ -1136,7 +1136,7 @@ class FakeStore:
     def limit_facts(self, task: Task) -> LimitFacts:
         with self._lock:
             running = [t for t in self._tasks.values() if t.status is Status.RUNNING]
-            count = sum(t.name == task.name and t.max_running is not None for t in running)
+            count = sum(t.name == task.name for t in running)
             holder = next((t.id for t in running if task.lock is not None and t.lock == task.lock), None)
             state = self._limits.get(limits.rate_key(task.name))
         return LimitFacts(None if task.max_running is None else count, holder, None if state is None else state.tat)

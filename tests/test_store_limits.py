@@ -221,6 +221,39 @@ def test_choose_never_gives_a_rate_more_than_one_start_an_interval() -> None:
     cands = [Candidate(i, 1, "r", now - timedelta(seconds=1), 0, None, None, "10/s") for i in range(5)]
     first = limits.choose(cands, 10, running={}, states={}, now=now)
     assert [c.id for c in first.chosen] == [0]
-    assert first.states["rate:r"] == KeyState(tat=now + timedelta(seconds=0.1), full_since=now)
+    assert first.states["rate:r"] == KeyState(tat=now + timedelta(seconds=0.1), full_since=now, held_until=now)
     later = limits.choose(cands[1:], 10, running={}, states=first.states, now=now + timedelta(seconds=0.1))
-    assert [c.id for c in later.chosen] == [1] and later.judged_at[1] == now
+    # Only the instant one claim saw it held counts: no claim saw it held since.
+    assert [c.id for c in later.chosen] == [1] and 1 not in later.judged_at
+    assert later.states["rate:r"].full_since == now + timedelta(seconds=0.1)  # the rest held from now
+
+
+def test_a_limit_that_freed_while_no_node_claimed_excuses_no_lateness_after_it() -> None:
+    """Held from 10:00 to 10:05 (the last claim that saw it full); the next claim comes at
+    16:00: a task due at 11:00 was never held back, and is judged at 16:00 (5 h late)."""
+    t = datetime(2026, 1, 1, 10)
+    state = KeyState(full_since=t, held_until=t + timedelta(minutes=5))
+    late = Candidate(1, 1, "n", t + timedelta(hours=1), 0, "L", None, None)
+    choice = limits.choose([late], 1, running={}, states={"lock:L": state}, now=t + timedelta(hours=6))
+    assert [c.id for c in choice.chosen] == [1] and 1 not in choice.judged_at
+    early = Candidate(2, 1, "n", t - timedelta(minutes=1), 0, "L", None, None)  # due 09:59, held 10:00-10:05
+    choice = limits.choose([early], 1, running={}, states={"lock:L": state}, now=t + timedelta(hours=6))
+    assert choice.judged_at[2] == t + timedelta(hours=6) - timedelta(minutes=5)
+
+
+def test_a_rate_interval_rounds_up_so_no_window_holds_one_start_more() -> None:
+    assert limits.parse_rate("3/s").interval == timedelta(microseconds=333_334)
+
+
+def test_replace_refuses_to_change_a_lock_naming_the_field(tmp_path: Path) -> None:
+    from tickwork import App
+
+    app = App(f"sqlite:///{tmp_path / 'l.db'}")
+    app.task(name="lim.app", context=False)(print)
+    first = app.schedule("lim.app", key="k", lock="a", delay=60)
+    with pytest.raises(InvalidInput) as refused:
+        app.schedule("lim.app", key="k", lock="b", delay=60, replace=True)
+    assert refused.value.field == "lock" and refused.value.value == "b"
+    assert app.get(first.id).lock == "a"  # nothing changed
+    assert app.schedule("lim.app", key="k", lock="a", delay=30, replace=True).lock == "a"
+    app.close()

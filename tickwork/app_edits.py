@@ -148,6 +148,11 @@ class EditsMixin:
                 "key", new.key, f"is held by task {existing.id} ({existing.kind.value} {existing.name}): "
                 "replace=True can change its schedule, arguments and options, not its task or kind",
             )  # fmt: skip
+        if existing.lock != new.lock:  # a running task's lock cannot move without its key
+            raise InvalidInput(
+                "lock", new.lock, f"task {existing.id} holding the key has lock {existing.lock!r}: "
+                "replace=True cannot change a lock; cancel the task and schedule it again",
+            )  # fmt: skip
 
         def compute(task: Task) -> Edit:
             if task.status in editing.ENDED:

@@ -10,13 +10,15 @@ The state is one instant per name, its *theoretical arrival time*: the earliest 
 the next start is allowed.
 
 A task held back by a full limit is not counted late for the time it was held: each
-limit key remembers since when it has been full (``full_since``), and the misfire policy
-judges a task the limit lets through as of ``max(its due time, full_since)``.
+limit key remembers since when it has held a due task back (``full_since``) and the last
+claim that found it so (``held_until``); the misfire policy judges a task the limit lets
+through as of now less the part of that span it was due in.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -38,8 +40,9 @@ class Rate:
 
     @property
     def interval(self) -> timedelta:
-        """The spacing between two starts (rounded down to a microsecond, never 0)."""
-        return max(timedelta(microseconds=1), timedelta(seconds=self.window / self.count))
+        """The spacing between two starts, rounded up to a microsecond (rounded down,
+        N + 1 starts could fit in one window)."""
+        return timedelta(microseconds=math.ceil(self.window * 1_000_000 / self.count))
 
 
 def parse_rate(text: str) -> Rate:
@@ -124,6 +127,10 @@ class KeyState:
     """Rate keys: the earliest moment the next start is allowed."""
     full_since: datetime | None = None
     """Since when the limit has held back a due task (None: it has not)."""
+    held_until: datetime | None = None
+    """The last claim that found it holding a due task back: the wait that does not count
+    as late ends there, whenever the next start comes (a limit that freed while no node
+    claimed does not excuse the lateness that followed)."""
 
 
 @dataclasses.dataclass
@@ -165,16 +172,17 @@ def choose(
         full = [k for k in keys if not _has_room(c, k, used, current, now)]
         if full:
             for k in full:
-                if current.get(k, KeyState()).full_since is None:
-                    current[k] = dataclasses.replace(current.get(k, KeyState()), full_since=now)
+                state = current.get(k, KeyState())
+                if state.held_until != now:
+                    current[k] = dataclasses.replace(state, full_since=state.full_since or now, held_until=now)
                     changed.add(k)
             continue
         if len(choice.chosen) >= free:
             continue  # no slot left: the limit did not hold it back
         choice.chosen.append(c)
-        held_since = [s.full_since for k in keys if (s := current.get(k)) is not None and s.full_since is not None]
-        if held_since:
-            choice.judged_at[c.id] = max(c.next_run_at, min(held_since))
+        excused = max((_held(c, current.get(k, KeyState()), now) for k in keys), default=timedelta(0))
+        if excused > timedelta(0):
+            choice.judged_at[c.id] = now - excused
         for k in keys:
             used[k] = used.get(k, 0) + 1
             state = current.get(k, KeyState())
@@ -183,10 +191,17 @@ def choose(
                 assert c.rate_limit is not None
                 tat = max(tat or now, now) + parse_rate(c.rate_limit).interval
             if tat != state.tat or state.full_since is not None:
-                current[k] = KeyState(tat=tat, full_since=None)
+                current[k] = KeyState(tat=tat)
                 changed.add(k)
     choice.states = {k: current[k] for k in sorted(changed)}
     return choice
+
+
+def _held(c: Candidate, state: KeyState, now: datetime) -> timedelta:
+    """How long ``c`` was due while the key held it back (the wait not counted as late)."""
+    if state.full_since is None or state.held_until is None:
+        return timedelta(0)
+    return max(timedelta(0), min(now, state.held_until) - max(c.next_run_at, state.full_since))
 
 
 def _has_room(c: Candidate, key: str, used: Mapping[str, int], states: Mapping[str, KeyState], now: datetime) -> bool:

@@ -332,7 +332,7 @@ class Store(Protocol):
         ...
 
     def limit_facts(self, task: Task) -> LimitFacts:
-        """What holds ``task``'s limits now: its name's RUNNING runs (with a
+        """What holds ``task``'s limits now: its name's RUNNING runs (when it has a
         max_running), a RUNNING task holding its lock, its rate's next allowed start."""
         ...
 

@@ -13,7 +13,8 @@ lock of RUNNING tasks makes two holders of one lock impossible to write, whateve
 reasoning misses.
 
 Tasks without a limit never reach this module: the other claim statements leave out
-every task that has one, so their cost does not depend on how many are held back.
+every task that has one (they still walk past such tasks in the claim index they share:
+a large backlog held back by a limit slows them, as a paused queue's backlog does).
 """
 
 from __future__ import annotations
@@ -79,7 +80,12 @@ def claim(
         # meanwhile): the start it was given goes unused, which never exceeds a rate.
         s.execute(
             "set_limit_state",
-            {"key": key, "tat": d.encode_time(state.tat), "full_since": d.encode_time(state.full_since)},
+            {
+                "key": key,
+                "tat": d.encode_time(state.tat),
+                "full_since": d.encode_time(state.full_since),
+                "held_until": d.encode_time(state.held_until),
+            },
         )
     return rows, {i: t for i, t in choice.judged_at.items() if i in won}
 
@@ -125,7 +131,12 @@ def _running(d: Dialect, s: Session, found: Sequence[Candidate]) -> dict[str, in
 def _states(d: Dialect, s: Session, keys: Sequence[str]) -> dict[str, KeyState]:
     rows = s.fetch_all("limit_states", {"keys": d.encode_names(list(keys))})
     return {
-        str(r["key"]): KeyState(tat=d.decode_time(r["tat"]), full_since=d.decode_time(r["full_since"])) for r in rows
+        str(r["key"]): KeyState(
+            tat=d.decode_time(r["tat"]),
+            full_since=d.decode_time(r["full_since"]),
+            held_until=d.decode_time(r["held_until"]),
+        )
+        for r in rows
     }
 
 

@@ -17,9 +17,10 @@ ORDER BY priority DESC, next_run_at, id
 LIMIT :scan;
 
 -- name: running_by_name
--- RUNNING tasks that have a max_running, per name (read after the names' keys are held).
+-- RUNNING tasks per name (read after the names' keys are held), those scheduled before
+-- the name had its max_running too. RUNNING tasks are few: the lease index walks them.
 SELECT name, COUNT(*) AS running FROM tickwork_tasks
-WHERE status = 'RUNNING' AND max_running IS NOT NULL AND name IN (SELECT value FROM json_each(:names))
+WHERE status = 'RUNNING' AND name IN (SELECT value FROM json_each(:names))
 GROUP BY name;
 
 -- name: running_locks
@@ -28,11 +29,11 @@ WHERE status = 'RUNNING' AND lock IS NOT NULL AND lock IN (SELECT value FROM jso
 GROUP BY lock;
 
 -- name: limit_states
-SELECT key, tat, full_since FROM tickwork_limits WHERE key IN (SELECT value FROM json_each(:keys));
+SELECT key, tat, full_since, held_until FROM tickwork_limits WHERE key IN (SELECT value FROM json_each(:keys));
 
 -- name: set_limit_state
-INSERT INTO tickwork_limits (key, tat, full_since) VALUES (:key, :tat, :full_since)
-ON CONFLICT (key) DO UPDATE SET tat = excluded.tat, full_since = excluded.full_since;
+INSERT INTO tickwork_limits (key, tat, full_since, held_until) VALUES (:key, :tat, :full_since, :held_until)
+ON CONFLICT (key) DO UPDATE SET tat = excluded.tat, full_since = excluded.full_since, held_until = excluded.held_until;
 
 -- name: lock_holder
 SELECT id FROM tickwork_tasks WHERE status = 'RUNNING' AND lock = :lock LIMIT 1;

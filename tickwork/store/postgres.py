@@ -90,6 +90,10 @@ SESSION_SETTINGS = {
     # retries: a claim or renewal never sits out a lease behind one.
     "lock_timeout": str(LOCK_TIMEOUT_MS),
     "TimeZone": "UTC",
+    # The limits' claim (store/limits.py) reads its counts after taking its keys, in a
+    # statement of its own: under READ COMMITTED that statement sees every claim the
+    # keys' previous holders committed. Pinned, whatever the database's default.
+    "default_transaction_isolation": "read committed",
     # Every query of ours is an index walk in index order. With statistics that lag a
     # burst of inserts (a herd of tasks due at once), the planner would otherwise pick a
     # bitmap scan and sort every due row on every claim.
@@ -101,7 +105,8 @@ def session_options(url: str) -> str:
     """Our session settings as libpq ``options`` (set at connect, no round trip), after
     any options the URL already carries."""
     given = conninfo_to_dict(url).get("options") or ""
-    ours = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTINGS.items())
+    escaped = {name: value.replace(" ", "\\ ") for name, value in SESSION_SETTINGS.items()}  # libpq's escape
+    ours = " ".join(f"-c {name}={value}" for name, value in escaped.items())
     return f"{given} {ours}".strip()
 
 

@@ -237,7 +237,7 @@ LIMIT :scan;
 
 -- name: running_by_name
 SELECT name, COUNT(*) AS running FROM tickwork_tasks
-WHERE status = 'RUNNING' AND max_running IS NOT NULL AND name = ANY(:names)
+WHERE status = 'RUNNING' AND name = ANY(:names)
 GROUP BY name;
 
 -- name: running_locks
@@ -246,7 +246,7 @@ WHERE status = 'RUNNING' AND lock IS NOT NULL AND lock = ANY(:locks)
 GROUP BY lock;
 
 -- name: limit_states
-SELECT key, tat, full_since FROM tickwork_limits WHERE key = ANY(:keys);
+SELECT key, tat, full_since, held_until FROM tickwork_limits WHERE key = ANY(:keys);
 
 -- name: try_limit_key
 -- One claimer per limit key at a time, until its transaction ends; a key another node

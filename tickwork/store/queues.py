@@ -34,7 +34,7 @@ class LimitFacts:
     """What holds a task's limits now (``why_waiting``)."""
 
     running: int | None = None
-    """RUNNING tasks of its name that have a max_running (None: it has none)."""
+    """RUNNING tasks of its name (None: it has no max_running)."""
     lock_holder: int | None = None
     """The RUNNING task holding its lock, if any."""
     rate_next: datetime | None = None

@@ -10,16 +10,16 @@ ALTER TABLE tickwork_tasks ADD COLUMN rate_limit TEXT;
 CREATE INDEX tickwork_tasks_lane ON tickwork_tasks (priority DESC, next_run_at, id)
     WHERE status = 'PENDING'
       AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL);
-CREATE INDEX tickwork_tasks_running_limited ON tickwork_tasks (name)
-    WHERE status = 'RUNNING' AND max_running IS NOT NULL;
 -- The lock's guarantee does not rest on the claim's reasoning alone: two RUNNING tasks
 -- with one lock cannot be written.
 CREATE UNIQUE INDEX tickwork_tasks_running_lock ON tickwork_tasks (lock)
     WHERE status = 'RUNNING' AND lock IS NOT NULL;
 -- Per limit key: a rate's next allowed start (tat), and since when the limit has held a
--- due task back (full_since: that wait does not count as late).
+-- due task back and the last claim that found it so (full_since, held_until: a wait
+-- that does not count as late).
 CREATE TABLE tickwork_limits (
     key        TEXT        PRIMARY KEY,
     tat        TIMESTAMPTZ,
-    full_since TIMESTAMPTZ
+    full_since TIMESTAMPTZ,
+    held_until TIMESTAMPTZ
 );
