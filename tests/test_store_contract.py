@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import queue
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -489,13 +490,35 @@ def test_claim_order_higher_priority_first_then_oldest_due(store: Store) -> None
     assert store.claim("node-a", [NAME], 10, LEASE) == []
 
 
+def copy_first_task(url: str, times: int) -> None:
+    """A backlog written in one statement (schedule_many would take seconds per store)."""
+    columns = (
+        "name, args, kwargs, kind, timezone, scheduled_at, next_run_at, status, misfire, misfire_grace, jitter, "
+        "max_retries, retry_backoff, priority, version, cancel_requested, triggered, attempt, run_count, "
+        "created_at, updated_at"
+    )
+    sql = (
+        f"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {int(times)}) "
+        f"INSERT INTO tickwork_tasks ({columns}) SELECT {columns} FROM tickwork_tasks, n WHERE id = 1"
+    )
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.split("///", 1)[1]) as conn:
+            conn.execute(sql)
+    else:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.encode())
+
+
 @real_stores_only("the claim's cost behind a backlog is the SQL stores' (the order is pinned above)")
-def test_a_high_priority_task_overtakes_a_backlog_of_100000_due_tasks(store: Store) -> None:
+def test_a_high_priority_task_overtakes_a_backlog_of_100000_due_tasks(store: Store, store_url: str) -> None:
     """Issue 17: one claim round takes it first, however many are due before it."""
     slot = store.now() - timedelta(seconds=60)
-    backlog = one_time(store, scheduled_at=slot, next_run_at=slot)
-    for _ in range(10):
-        store.insert_tasks([backlog] * 10_000)
+    [first] = store.insert_tasks([one_time(store, scheduled_at=slot, next_run_at=slot)])
+    assert first.id == 1
+    copy_first_task(store_url, 100_000)
+    assert len(store.list_tasks(limit=200_000)) == 100_001
     urgent = insert_one(store, one_time(store, offset=-1, priority=10))
     first = store.claim("node-a", [NAME], 8, LEASE)
     assert first[0].task.id == urgent.id and len(first) == 8

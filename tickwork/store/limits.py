@@ -96,7 +96,7 @@ def _choose(
     """Hold the keys (PostgreSQL: those no other node holds now), then read what runs
     under them and decide."""
     now = _transaction_now(d, s, params)
-    usable = set(keys) if not d.notifies else {k for k in keys if _try_key(s, k)}
+    usable = set(keys) if not d.notifies else _try_keys(s, keys)
     held = [c for c in found if all(k in usable for k in c.limit_keys())]
     return limits.choose(held, free, running=_running(d, s, held), states=_states(d, s, keys), now=now)
 
@@ -110,9 +110,8 @@ def _transaction_now(d: Dialect, s: Session, params: dict[str, Any]) -> datetime
     return _time(d, params["now"])
 
 
-def _try_key(s: Session, key: str) -> bool:
-    row = s.fetch_one("try_limit_key", {"key": key})
-    return row is not None and bool(row["got"])
+def _try_keys(s: Session, keys: list[str]) -> set[str]:
+    return {str(r["key"]) for r in s.fetch_all("try_limit_keys", {"keys": keys})}
 
 
 def _running(d: Dialect, s: Session, found: Sequence[Candidate]) -> dict[str, int]:

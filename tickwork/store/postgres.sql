@@ -248,11 +248,11 @@ GROUP BY lock;
 -- name: limit_states
 SELECT key, tat, full_since, held_until FROM tickwork_limits WHERE key = ANY(:keys);
 
--- name: try_limit_key
+-- name: try_limit_keys
 -- One claimer per limit key at a time, until its transaction ends; a key another node
 -- holds is left to it this round (never waited for). Counts read after this see every
--- claim the key's previous holder committed.
-SELECT pg_try_advisory_xact_lock(1953063790, hashtext(:key)) AS got;
+-- claim the key's previous holder committed. Returns the keys taken, in one round trip.
+SELECT key FROM unnest(:keys::text[]) AS k(key) WHERE pg_try_advisory_xact_lock(1953063790, hashtext(key));
 
 -- name: transaction_now
 -- The moment every :now of this transaction reads (a limited claim's grant time).
