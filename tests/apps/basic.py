@@ -8,17 +8,16 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import functools
-import json
 import multiprocessing
 import os
 import re
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import redis
 
+from tests.apps.recording import record
 from tickwork import App, Context
 
 # A worker that does not stop in time is asked (SIGUSR1) where its threads are (tests/workers.py).
@@ -36,26 +35,6 @@ app = App(
     redis_prefix=os.environ.get("TICKWORK_TEST_REDIS_PREFIX") or "tickwork:",
     redis_mode=os.environ.get("TICKWORK_TEST_REDIS_MODE") or "best_effort",
 )
-
-
-def record(ctx: Context, **extra: object) -> None:
-    folder = Path(os.environ["TICKWORK_TEST_RECORDS"])
-    line = json.dumps(
-        {
-            "task_id": ctx.task_id,
-            "execution_id": ctx.execution_id,
-            "attempt": ctx.attempt,
-            "scheduled_for": ctx.scheduled_for.isoformat(),
-            "at": time.time(),
-            "pid": os.getpid(),
-            **extra,
-        }
-    )
-    fd = os.open(folder / f"{os.getpid()}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
 
 
 @app.task(name="test.record")

@@ -10,12 +10,11 @@ tests rebuild each run's interval from its two lines and count overlaps themselv
 from __future__ import annotations
 
 import faulthandler
-import json
 import os
 import signal
 import time
-from pathlib import Path
 
+from tests.apps.recording import record
 from tickwork import App, Context
 
 # A worker that does not stop in time is asked (SIGUSR1) where its threads are (tests/workers.py).
@@ -28,26 +27,6 @@ app = App(
     shutdown_grace=float(os.environ.get("TICKWORK_TEST_GRACE", "10")),
     claim=os.environ.get("TICKWORK_TEST_CLAIM") or None,
 )
-
-
-def record(ctx: Context, **extra: object) -> None:
-    folder = Path(os.environ["TICKWORK_TEST_RECORDS"])
-    line = json.dumps(
-        {
-            "task_id": ctx.task_id,
-            "execution_id": ctx.execution_id,
-            "attempt": ctx.attempt,
-            "scheduled_for": ctx.scheduled_for.isoformat(),
-            "at": time.time(),
-            "pid": os.getpid(),
-            **extra,
-        }
-    )
-    fd = os.open(folder / f"{os.getpid()}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
 
 
 def work(ctx: Context, seconds: float) -> None:
