@@ -97,7 +97,7 @@ def rate_key(name: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """A due task that has a limit, as the limited claim reads it."""
+    """A due task of the lane (a limit, or a priority other than 0), as its claim reads it."""
 
     id: int
     version: int
