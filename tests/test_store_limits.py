@@ -257,3 +257,24 @@ def test_replace_refuses_to_change_a_lock_naming_the_field(tmp_path: Path) -> No
     assert app.get(first.id).lock == "a"  # nothing changed
     assert app.schedule("lim.app", key="k", lock="a", delay=30, replace=True).lock == "a"
     app.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres-skip_locked", "postgres-optimistic"], indirect=True)
+def test_a_hand_written_rate_the_code_cannot_read_does_not_stop_the_other_claims(
+    store: Store, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    [bad] = store.insert_tasks([due(store, offset=-5, rate_limit="1/s")])
+    ok = store.insert_tasks([due(store, lock="fine"), due(store)])
+    sql = f"UPDATE tickwork_tasks SET rate_limit = 'lots' WHERE id = {bad.id}"
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(url.split("///", 1)[1]) as conn:
+            conn.execute(sql)
+    else:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.encode())
+    assert {c.task.id for c in claim(store)} == {t.id for t in ok}
+    assert f"task {bad.id}: its limits cannot be read" in caplog.text

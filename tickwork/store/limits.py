@@ -42,20 +42,28 @@ def candidates(d: Dialect, s: Session, params: dict[str, Any]) -> list[Candidate
 
 
 def decode(d: Dialect, rows: Sequence[Row]) -> list[Candidate]:
-    """Lane rows as candidates, in the lane's order (whatever order a union kept)."""
-    found = [
-        Candidate(
-            id=int(r["id"]),
-            version=int(r["version"]),
-            name=str(r["name"]),
-            next_run_at=_time(d, r["next_run_at"]),
-            priority=int(r["priority"]),
-            lock=r["lock"],
-            max_running=None if r["max_running"] is None else int(r["max_running"]),
-            rate_limit=r["rate_limit"],
-        )
-        for r in rows
-    ]
+    """Lane rows as candidates, in the lane's order (whatever order a union kept). A row
+    whose limit this code cannot read (written by hand) is left out, said once a claim:
+    it must not fail every claim of the node."""
+    found = []
+    for r in rows:
+        try:
+            if r["rate_limit"] is not None:
+                limits.parse_rate(str(r["rate_limit"]))
+            candidate = Candidate(
+                id=int(r["id"]),
+                version=int(r["version"]),
+                name=str(r["name"]),
+                next_run_at=_time(d, r["next_run_at"]),
+                priority=int(r["priority"]),
+                lock=None if r["lock"] is None else str(r["lock"]),
+                max_running=None if r["max_running"] is None else int(r["max_running"]),
+                rate_limit=r["rate_limit"],
+            )
+        except Exception as exc:
+            log.warning("task %s: its limits cannot be read (%s); left unclaimed", r["id"], exc)
+            continue
+        found.append(candidate)
     return sorted(found, key=lambda c: (-c.priority, c.next_run_at, c.id))
 
 
