@@ -123,6 +123,14 @@ def records(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def claim(request: pytest.FixtureRequest) -> str:
+    """The claim strategy of a test parametrised over ``db_url`` as "sqlite" or
+    "postgres-<strategy>" ("" for SQLite: its default)."""
+    param = str(request.node.callspec.params.get("db_url", ""))
+    return param.split("-", 1)[1] if "-" in param else ""
+
+
+@pytest.fixture
 def client(db_url: str) -> Iterator[App]:
     """An App on the module's ``db_url`` that knows the test app's task names."""
     app: App = client_for(db_url)

@@ -40,13 +40,6 @@ def db_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
-@pytest.fixture
-def claim(request: pytest.FixtureRequest) -> str:
-    """The claim strategy of the parametrised store ("" for SQLite: its default)."""
-    param = str(request.node.callspec.params.get("db_url", ""))
-    return param.split("-", 1)[1] if "-" in param else ""
-
-
 def limited_client(db_url: str) -> Any:
     """An App on ``db_url`` that knows tests/apps/limited.py's task names and options (to
     schedule them), as tests/workers.py's ``client_for`` does for the basic app. Imported

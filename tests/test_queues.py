@@ -30,13 +30,6 @@ def db_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
-@pytest.fixture
-def claim(request: pytest.FixtureRequest) -> str:
-    """The claim strategy of the parametrised store ("" for SQLite: its default)."""
-    param = str(request.node.callspec.params.get("db_url", ""))
-    return param.split("-", 1)[1] if "-" in param else ""
-
-
 def env_of(claim: str) -> dict[str, str]:
     return {"TICKWORK_TEST_CLAIM": claim} if claim else {}
 

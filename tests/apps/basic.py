@@ -6,29 +6,20 @@ write per line, so lines from concurrent runs never interleave)."""
 from __future__ import annotations
 
 import asyncio
-import faulthandler
 import functools
 import multiprocessing
 import os
 import re
-import signal
 import subprocess
 import time
 
 import redis
 
-from tests.apps.recording import record
+from tests.apps.recording import node_settings, record
 from tickwork import App, Context
 
-# A worker that does not stop in time is asked (SIGUSR1) where its threads are (tests/workers.py).
-faulthandler.register(signal.SIGUSR1, all_threads=True)
-
 app = App(
-    lease=float(os.environ.get("TICKWORK_TEST_LEASE", "5")),
-    heartbeat=float(os.environ.get("TICKWORK_TEST_HEARTBEAT", "0.5")),
-    poll_interval=float(os.environ.get("TICKWORK_TEST_POLL", "0.2")),
-    shutdown_grace=float(os.environ.get("TICKWORK_TEST_GRACE", "10")),
-    claim=os.environ.get("TICKWORK_TEST_CLAIM") or None,
+    **node_settings(),
     webhook_url=os.environ.get("TICKWORK_TEST_WEBHOOK") or None,
     webhook_secret=os.environ.get("TICKWORK_TEST_WEBHOOK_SECRET") or None,
     redis_url=os.environ.get("TICKWORK_TEST_REDIS_URL") or None,
