@@ -32,6 +32,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -234,9 +235,14 @@ def schedule(store: Store, times: list[datetime]) -> None:
     app.close()
 
 
-def w1(kind: str, folder: Path, n: int, *, ceiling: bool = False) -> float:
+def w1(
+    kind: str, folder: Path, n: int, *, ceiling: bool = False, prepare: Callable[[str], None] | None = None
+) -> float:
+    """W1; ``prepare(url)`` first fills the fresh store with whatever else it should hold."""
     store = fresh_store(kind, folder)
     try:
+        if prepare is not None:
+            prepare(store.url)
         due = datetime.now(UTC) - timedelta(seconds=1)
         schedule(store, [due] * n)
         run = Run(store, folder)

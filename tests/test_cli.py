@@ -72,8 +72,8 @@ def test_schedule_errors_are_one_line_messages(run) -> None:  # type: ignore[no-
 def test_executions_and_db_upgrade(run, sqlite_url: str) -> None:  # type: ignore[no-untyped-def]
     assert "no database at" in run("tasks", "list", ok=False)  # a mistyped path creates nothing
     assert not Path(sqlite_url.removeprefix("sqlite:///")).exists()
-    assert "schema at version 12" in run("db", "upgrade")
-    assert "schema at version 12" in run("db", "upgrade")  # idempotent
+    assert "schema at version 13" in run("db", "upgrade")
+    assert "schema at version 13" in run("db", "upgrade")  # idempotent
     run("schedule", APP, "test.record")
     assert "id" in run("executions", "1")
 
@@ -208,7 +208,7 @@ def test_demo_starts_afresh_on_a_file_of_its_own(tmp_path: Path) -> None:
 
 
 def test_db_upgrade_and_listing_on_postgresql(run, pg_url: str) -> None:  # type: ignore[no-untyped-def]
-    assert "schema at version 12" in run("--db", pg_url, "db", "upgrade")
+    assert "schema at version 13" in run("--db", pg_url, "db", "upgrade")
     run("--db", pg_url, "schedule", APP, "test.record", "--delay", "3600")
     assert "test.record" in run("--db", pg_url, "tasks", "list")
 

@@ -12,9 +12,9 @@ database's one write lock, which orders everything by itself. A unique index on 
 lock of RUNNING tasks makes two holders of one lock impossible to write, whatever this
 reasoning misses.
 
-Tasks without a limit never reach this module: the other claim statements leave out
-every task that has one (they still walk past such tasks in the claim index they share:
-a large backlog held back by a limit slows them, as a paused queue's backlog does).
+Tasks without a limit never reach this module: the other claim statements read an
+index that holds no task with one (migration 0013), so a backlog held back by a limit
+costs them nothing.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 -- Cluster-wide limits (store/limits.py, tickwork/limits.py): the claim of tasks that have
 -- a lock, a max_running or a rate_limit, inside one transaction.
 
--- name: lane_candidates
--- The lane: due tasks with a limit or a priority other than 0 this node can run,
--- highest priority first, then the oldest due (those of priority 0 and above claimed
--- before the other due tasks, those below 0 after them). Bounded by :scan:
--- tasks held back by a full limit are read and passed over, up to that many a claim.
-SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 1 AS lane FROM tickwork_tasks
-WHERE status = 'PENDING' AND next_run_at <= :now
-  AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
-  AND name IN (SELECT value FROM json_each(:names))
-  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
-  AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-  AND id NOT IN (SELECT value FROM json_each(:exclude))
-ORDER BY priority DESC, next_run_at, id
-LIMIT :scan;
+-- lane_candidates (postgres.sql, sqlite.sql): the lane: due tasks with a limit or a
+-- priority other than 0 this node can run, highest priority first, then the oldest due
+-- (those of priority 0 and above claimed before the other due tasks, those below 0
+-- after them). Bounded by :scan: tasks held back by a full limit are read and passed
+-- over, up to that many a claim.
 
 -- name: running_by_name
 -- RUNNING tasks per name (read after the names' keys are held), those scheduled before

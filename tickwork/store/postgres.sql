@@ -4,43 +4,76 @@
 -- clock_timestamp(), the moment the row is written: a statement that waited on a lock
 -- does not hand out a lease that is already partly spent.
 
+-- name: served_queues
+-- (A fragment.) The queues a claim reads, one at a time: those given (when :all_queues,
+-- every queue with PENDING plain tasks), less the paused ones.
+{{queue_scan}},
+served_queues(queue) AS (
+    SELECT queue FROM (
+        SELECT q.queue FROM unnest(:queues::text[]) AS q(queue) WHERE NOT :all_queues
+        UNION ALL
+        SELECT queue FROM pending_queues WHERE :all_queues AND queue IS NOT NULL
+    ) AS given
+    WHERE queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+)
+
 -- name: next_due_at
+-- The earliest dispatch time among the tasks this node can run: "plain", the first
+-- entry of each of its queues, and "lane", a rate's next allowed start if later than the
+-- dispatch time (one held back by a full lock or max_running counts as due), over the
+-- first 64 of each lane priority: a sleep hint, capped by poll_interval, bounded
+-- however long the lane.
+WITH RECURSIVE {{served_queues}}
 SELECT
-    (SELECT next_run_at FROM tickwork_tasks
-     WHERE status = 'PENDING' AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues))
-       AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-       AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
-     ORDER BY next_run_at LIMIT 1) AS plain,
-    (SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > t.next_run_at THEN l.tat ELSE t.next_run_at END)
-     FROM (
-         SELECT name, MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-         WHERE status = 'PENDING'
+    (SELECT MIN(c.next_run_at) FROM served_queues q CROSS JOIN LATERAL (
+         SELECT next_run_at FROM tickwork_tasks
+         WHERE queue = q.queue AND status = 'PENDING' AND priority = 0
+           AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL AND name = ANY(:names)
+         ORDER BY next_run_at, id LIMIT 1) AS c) AS plain,
+    (SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > c.next_run_at THEN l.tat ELSE c.next_run_at END)
+     FROM lane_priorities p CROSS JOIN LATERAL (
+         SELECT name, next_run_at FROM tickwork_tasks
+         WHERE priority = p.priority AND status = 'PENDING'
            AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
            AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues))
            AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-         GROUP BY name
-     ) t LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name) AS lane;
+         ORDER BY next_run_at, id LIMIT 64) AS c
+     LEFT JOIN tickwork_limits l ON l.key = 'rate:' || c.name) AS lane;
 
 -- name: claim_candidates
-SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 0 AS lane FROM tickwork_tasks
-WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
-  AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-  AND priority = 0 AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
-ORDER BY next_run_at, priority DESC, id
+-- Due plain tasks this node can run, the oldest first: each queue's first :limit, then
+-- the best :limit of those.
+WITH RECURSIVE {{served_queues}}
+SELECT c.* FROM served_queues q CROSS JOIN LATERAL (
+    SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 0 AS lane FROM tickwork_tasks
+    WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :now AND priority = 0
+      AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+      AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
+    ORDER BY next_run_at, id
+    LIMIT :limit
+) AS c
+ORDER BY c.next_run_at, c.id
 LIMIT :limit;
 
 -- name: claim_skip_locked
 -- One short transaction: lock due rows others have not locked, claim them, log the
 -- runs. Row locks end with the transaction, never held while a task runs. Each run's
 -- scheduled_for is tickwork.schedules.run_slot (tests/test_store_rules.py).
-WITH picked AS (
-    SELECT id FROM tickwork_tasks
-    WHERE status = 'PENDING' AND next_run_at <= :now AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
-      AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-      AND priority = 0 AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
-    ORDER BY next_run_at, priority DESC, id
+WITH RECURSIVE {{served_queues}},
+picked AS (
+    -- Each queue's first :limit it can lock, then the oldest :limit of those (rows locked
+    -- and not taken stay locked only until this statement's transaction ends).
+    SELECT c.id FROM served_queues q CROSS JOIN LATERAL (
+        SELECT id, next_run_at FROM tickwork_tasks
+        WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :now AND priority = 0
+          AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+          AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
+        ORDER BY next_run_at, id
+        LIMIT :limit
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.next_run_at, c.id
     LIMIT :limit
-    FOR NO KEY UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE tickwork_tasks t
     SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
@@ -227,12 +260,18 @@ ORDER BY t.lease_expires_at
 LIMIT :limit;
 
 -- name: lane_candidates
-SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 1 AS lane FROM tickwork_tasks
-WHERE status = 'PENDING' AND next_run_at <= :now
-  AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
-  AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
-  AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-ORDER BY priority DESC, next_run_at, id
+-- The lane (tickwork/store/limits.sql), one priority at a time, highest first.
+WITH RECURSIVE {{queue_scan}}
+SELECT c.* FROM lane_priorities p CROSS JOIN LATERAL (
+    SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 1 AS lane FROM tickwork_tasks
+    WHERE priority = p.priority AND status = 'PENDING' AND next_run_at <= :now
+      AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+      AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
+      AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+    ORDER BY next_run_at, id
+    LIMIT :scan
+) AS c
+ORDER BY c.priority DESC, c.next_run_at, c.id
 LIMIT :scan;
 
 -- name: running_by_name

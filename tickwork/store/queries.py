@@ -1,7 +1,9 @@
 """Load named queries: ``-- name: x`` headers in .sql files beside this module.
 
 The portable file is read first; a dialect file overrides queries by name, so each
-store reviews as plain SQL and the Python around it stays free of query text.
+store reviews as plain SQL and the Python around it stays free of query text. A query
+may name another as ``{{name}}`` (a fragment: common table expressions several
+queries share), replaced by its text once every file is read.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from functools import cache
 from importlib import resources
 
 _HEADER = re.compile(r"^--\s*name:\s*(?P<name>\w+)\s*$", re.MULTILINE)
+_FRAGMENT = re.compile(r"\{\{(?P<name>\w+)\}\}")
 
 
 def parse(text: str) -> dict[str, str]:
@@ -30,6 +33,10 @@ def load(*files: str) -> dict[str, str]:
     queries: dict[str, str] = {}
     for file in files:
         queries.update(parse(resources.files(__package__).joinpath(file).read_text("utf-8")))
+    for name, text in queries.items():
+        while _FRAGMENT.search(text):
+            text = _FRAGMENT.sub(lambda m: queries[m["name"]], text)
+        queries[name] = text
     if "claim_candidates" in queries and "lane_candidates" in queries:
         # One round trip for both kinds of candidate of an optimistic claim (limits.sql).
         queries["claim_candidates_and_lane"] = (

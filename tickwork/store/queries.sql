@@ -25,42 +25,58 @@ RETURNING *;
 SELECT * FROM tickwork_tasks
 WHERE key = :key AND status IN ('PENDING', 'RUNNING', 'PAUSED');
 
--- name: next_due_at
--- Earliest dispatch time among the tasks this node can run (its names, its queues):
--- "plain", of tasks without a limit (the claim index's first entry), and "lane", of
--- those with one: a rate's next allowed start if later than the dispatch time (one held
--- back by a full lock or max_running counts as due). Two scalar subqueries; the first an
--- ORDER BY ... LIMIT 1, which reads the claim index's first match (PostgreSQL does not
--- turn a MIN into that when the query has a subquery, as the paused-queue filter is).
-SELECT
-    (SELECT next_run_at FROM tickwork_tasks
-     WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names))
-       AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
-       AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-       AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
-     ORDER BY next_run_at LIMIT 1) AS plain,
-    (SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > t.next_run_at THEN l.tat ELSE t.next_run_at END)
-     FROM (
-         SELECT name, MIN(next_run_at) AS next_run_at FROM tickwork_tasks
-         WHERE status = 'PENDING'
-           AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
-           AND name IN (SELECT value FROM json_each(:names))
-           AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
-           AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-         GROUP BY name
-     ) t LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name) AS lane;
+-- Fragments ({{name}} in another query: tickwork/store/queries.py). Claims and counts
+-- read the PENDING tasks through two partial indexes (migrations 0012 and 0013): plain
+-- tasks (priority 0, no limit) by (queue, next_run_at, id), the lane by (priority DESC,
+-- next_run_at, id). A read across queues or priorities walks them one queue or one
+-- priority at a time, each walk a range that stops at its LIMIT or at what is due, so
+-- what it costs does not grow with other queues' backlogs or with future tasks.
 
--- name: claim_candidates
--- Due tasks this node can run, best first; claimed one by one with claim_task.
-SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 0 AS lane FROM tickwork_tasks
-WHERE status = 'PENDING' AND next_run_at <= :now
-  AND name IN (SELECT value FROM json_each(:names))
-  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
-  AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-  AND id NOT IN (SELECT value FROM json_each(:exclude))
-  AND priority = 0 AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
-ORDER BY next_run_at, priority DESC, id
-LIMIT :limit;
+-- name: queue_scan
+-- The queues that have PENDING plain tasks, and the lane's priorities: a loose scan of
+-- each index's first column, one index probe per queue or priority found.
+pending_queues(queue) AS (
+    SELECT MIN(queue) FROM tickwork_tasks
+    WHERE status = 'PENDING' AND priority = 0 AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+    UNION ALL
+    SELECT (SELECT MIN(t.queue) FROM tickwork_tasks t
+            WHERE t.status = 'PENDING' AND t.priority = 0
+              AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL AND t.queue > q.queue)
+    FROM pending_queues q WHERE q.queue IS NOT NULL
+),
+lane_priorities(priority) AS (
+    SELECT MAX(priority) FROM tickwork_tasks
+    WHERE status = 'PENDING'
+      AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT MAX(t.priority) FROM tickwork_tasks t
+            WHERE t.status = 'PENDING'
+              AND (t.priority <> 0 OR t.lock IS NOT NULL OR t.max_running IS NOT NULL OR t.rate_limit IS NOT NULL)
+              AND t.priority < p.priority)
+    FROM lane_priorities p WHERE p.priority IS NOT NULL
+)
+
+-- name: due_per_queue
+-- Due PENDING tasks per queue and the oldest one's dispatch time, counted one queue (and
+-- one lane priority) at a time over the due part of each index. A queue may come twice
+-- (plain and lane): readers sum.
+{{queue_scan}},
+due_per_queue(queue, due, oldest) AS (
+    SELECT q.queue,
+        (SELECT COUNT(*) FROM tickwork_tasks t
+         WHERE t.queue = q.queue AND t.status = 'PENDING' AND t.next_run_at <= :now AND t.priority = 0
+           AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL),
+        (SELECT MIN(t.next_run_at) FROM tickwork_tasks t
+         WHERE t.queue = q.queue AND t.status = 'PENDING' AND t.next_run_at <= :now AND t.priority = 0
+           AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL)
+    FROM pending_queues q WHERE q.queue IS NOT NULL
+    UNION ALL
+    SELECT t.queue, COUNT(*), MIN(t.next_run_at)
+    FROM lane_priorities p JOIN tickwork_tasks t ON t.priority = p.priority
+    WHERE p.priority IS NOT NULL AND t.status = 'PENDING' AND t.next_run_at <= :now
+      AND (t.priority <> 0 OR t.lock IS NOT NULL OR t.max_running IS NOT NULL OR t.rate_limit IS NOT NULL)
+    GROUP BY t.queue
+)
 
 -- name: claim_task
 -- Compare-and-set on version: 0 rows means another node won this task.
@@ -323,10 +339,10 @@ DELETE FROM tickwork_nodes WHERE heartbeat_at < :cutoff;
 SELECT * FROM tickwork_nodes ORDER BY started_at;
 
 -- name: queue_depth
--- Due and unclaimed: what the nodes have not caught up with. Both numbers come from the
--- claim index (PENDING, by next_run_at), so every replica reports the same at scrape time.
-SELECT COUNT(*) AS depth, MIN(next_run_at) AS oldest FROM tickwork_tasks
-WHERE status = 'PENDING' AND next_run_at <= :now;
+-- Due and unclaimed: what the nodes have not caught up with, read from the claim
+-- indexes, so every replica reports the same at scrape time.
+WITH RECURSIVE {{due_per_queue}}
+SELECT COALESCE(SUM(due), 0) AS depth, MIN(oldest) AS oldest FROM due_per_queue;
 
 -- name: count_by_status
 SELECT status, COUNT(*) AS n FROM tickwork_tasks GROUP BY status;
@@ -346,8 +362,16 @@ GROUP BY status;
 -- Due by :due_by and unclaimed, counted up to :limit only (a producer's backpressure
 -- check must stay cheap however deep the queue is). :due_by, not the statement's own
 -- now(): it must judge the rows just inserted by the same clock that stamped them.
+WITH RECURSIVE {{queue_scan}}
 SELECT COUNT(*) AS n FROM (
-    SELECT 1 FROM tickwork_tasks WHERE status = 'PENDING' AND next_run_at <= :due_by LIMIT :limit
+    SELECT 1 AS one FROM pending_queues q JOIN tickwork_tasks t ON t.queue = q.queue
+    WHERE t.status = 'PENDING' AND t.next_run_at <= :due_by AND t.priority = 0
+      AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL
+    UNION ALL
+    SELECT 1 FROM lane_priorities p JOIN tickwork_tasks t ON t.priority = p.priority
+    WHERE t.status = 'PENDING' AND t.next_run_at <= :due_by
+      AND (t.priority <> 0 OR t.lock IS NOT NULL OR t.max_running IS NOT NULL OR t.rate_limit IS NOT NULL)
+    LIMIT :limit
 ) AS due;
 
 -- Signed-out dashboard sessions (by SHA-256 of the session id).

@@ -8,12 +8,12 @@ ON CONFLICT (name) DO UPDATE SET paused = :paused, changed_at = :now;
 SELECT name FROM tickwork_queues WHERE paused ORDER BY name LIMIT 1000;
 
 -- name: due_by_queue
--- The queue gauges: due PENDING tasks per queue and the oldest one's dispatch time (a
--- walk of the due part of the claim index, whatever lies in the future).
+-- The queue gauges: due PENDING tasks per queue and the oldest one's dispatch time (the
+-- due part of the claim indexes, one queue at a time, whatever lies in the future).
 -- A paused queue's tasks are not claimable: they are no backlog to scale out for.
-SELECT queue, COUNT(*) AS due, MIN(next_run_at) AS oldest FROM tickwork_tasks
-WHERE status = 'PENDING' AND next_run_at <= :now
-  AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+WITH RECURSIVE {{due_per_queue}}
+SELECT queue, SUM(due) AS due, MIN(oldest) AS oldest FROM due_per_queue
+WHERE due > 0 AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
 GROUP BY queue
 ORDER BY queue
 LIMIT 1000;

@@ -1,17 +1,31 @@
 -- SQLite overrides of queries.sql, by name.
 
+-- name: served_queues
+-- (A fragment.) The queues a claim reads, one at a time: those given (when :all_queues,
+-- every queue with PENDING plain tasks), less the paused ones.
+{{queue_scan}},
+served_queues(queue) AS (
+    SELECT queue FROM (
+        SELECT value AS queue FROM json_each(:queues) WHERE NOT :all_queues
+        UNION ALL
+        SELECT queue FROM pending_queues WHERE :all_queues AND queue IS NOT NULL
+    )
+    WHERE queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+)
+
 -- name: claim_candidates
--- Walk the claim index in ORDER BY order and stop at LIMIT, however many are due.
-SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 0 AS lane
-FROM tickwork_tasks INDEXED BY tickwork_tasks_claim
-WHERE status = 'PENDING' AND next_run_at <= :now
-  AND name IN (SELECT value FROM json_each(:names))
-  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
-  AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-  AND id NOT IN (SELECT value FROM json_each(:exclude))
-  -- (+priority: a filter, not an ORDER BY constant, or SQLite would sort each due instant's tasks)
-  AND +priority = 0 AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
-ORDER BY next_run_at, priority DESC, id
+-- Due plain tasks this node can run, the oldest first: each queue's first :limit (a
+-- correlated subquery: SQLite has no LATERAL), then the best :limit of those.
+WITH RECURSIVE {{served_queues}}
+SELECT t.id, t.version, t.name, t.next_run_at, t.priority, t.lock, t.max_running, t.rate_limit, 0 AS lane
+FROM served_queues q JOIN tickwork_tasks t ON t.id IN (
+    SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_plain
+    WHERE i.queue = q.queue AND i.status = 'PENDING' AND i.next_run_at <= :now AND i.priority = 0
+      AND i.lock IS NULL AND i.max_running IS NULL AND i.rate_limit IS NULL
+      AND i.name IN (SELECT value FROM json_each(:names)) AND i.id NOT IN (SELECT value FROM json_each(:exclude))
+    ORDER BY i.next_run_at, i.id
+    LIMIT :limit)
+ORDER BY t.next_run_at, t.id
 LIMIT :limit;
 
 -- name: overrun_runs
@@ -25,34 +39,39 @@ ORDER BY e.started_at
 LIMIT :limit;
 
 -- name: lane_candidates
--- The lane's own index, in its order (tickwork/store/limits.sql).
-SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 1 AS lane
-FROM tickwork_tasks INDEXED BY tickwork_tasks_lane
-WHERE status = 'PENDING' AND next_run_at <= :now
-  AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
-  AND name IN (SELECT value FROM json_each(:names))
-  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
-  AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-  AND id NOT IN (SELECT value FROM json_each(:exclude))
-ORDER BY priority DESC, next_run_at, id
+-- The lane (tickwork/store/limits.sql), one priority at a time, highest first.
+WITH RECURSIVE {{queue_scan}}
+SELECT t.id, t.version, t.name, t.next_run_at, t.priority, t.lock, t.max_running, t.rate_limit, 1 AS lane
+FROM lane_priorities p JOIN tickwork_tasks t ON t.id IN (
+    SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_lane
+    WHERE i.priority = p.priority AND i.status = 'PENDING' AND i.next_run_at <= :now
+      AND (i.priority <> 0 OR i.lock IS NOT NULL OR i.max_running IS NOT NULL OR i.rate_limit IS NOT NULL)
+      AND i.name IN (SELECT value FROM json_each(:names))
+      AND (:all_queues OR i.queue IN (SELECT value FROM json_each(:queues)))
+      AND i.queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+      AND i.id NOT IN (SELECT value FROM json_each(:exclude))
+    ORDER BY i.next_run_at, i.id
+    LIMIT :scan)
+ORDER BY t.priority DESC, t.next_run_at, t.id
 LIMIT :scan;
 
 -- name: next_due_at
--- queries.sql's, with the lane's own index named (SQLite would walk every PENDING task).
+-- postgres.sql's, with correlated subqueries for LATERAL.
+WITH RECURSIVE {{served_queues}}
 SELECT
-    (SELECT next_run_at FROM tickwork_tasks
-     WHERE status = 'PENDING' AND name IN (SELECT value FROM json_each(:names))
-       AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
-       AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-       AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
-     ORDER BY next_run_at LIMIT 1) AS plain,
+    (SELECT MIN(t.next_run_at) FROM served_queues q JOIN tickwork_tasks t ON t.id = (
+         SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_plain
+         WHERE i.queue = q.queue AND i.status = 'PENDING' AND i.priority = 0
+           AND i.lock IS NULL AND i.max_running IS NULL AND i.rate_limit IS NULL
+           AND i.name IN (SELECT value FROM json_each(:names))
+         ORDER BY i.next_run_at, i.id LIMIT 1)) AS plain,
     (SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > t.next_run_at THEN l.tat ELSE t.next_run_at END)
-     FROM (
-         SELECT name, MIN(next_run_at) AS next_run_at FROM tickwork_tasks INDEXED BY tickwork_tasks_lane
-         WHERE status = 'PENDING'
-           AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
-           AND name IN (SELECT value FROM json_each(:names))
-           AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
-           AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-         GROUP BY name
-     ) t LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name) AS lane;
+     FROM lane_priorities p JOIN tickwork_tasks t ON t.id IN (
+         SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_lane
+         WHERE i.priority = p.priority AND i.status = 'PENDING'
+           AND (i.priority <> 0 OR i.lock IS NOT NULL OR i.max_running IS NOT NULL OR i.rate_limit IS NOT NULL)
+           AND i.name IN (SELECT value FROM json_each(:names))
+           AND (:all_queues OR i.queue IN (SELECT value FROM json_each(:queues)))
+           AND i.queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+         ORDER BY i.next_run_at, i.id LIMIT 64)
+     LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name) AS lane;

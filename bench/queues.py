@@ -1,0 +1,98 @@
+"""Claim cost against what else the table holds: W1 (20,000 due no-op tasks, 2 node
+processes serving the queue "default", executions per second from launch to the last
+start) in a table that also holds 1,000,000 tasks of that queue not due for a day and
+100,000 due tasks of two other queues (same task name: only the queue keeps the nodes
+from them), as a ratio to W1 on an empty table. Rounds alternate empty and full, so a
+drift of the machine's speed falls on both alike.
+
+    .venv/bin/python -m bench.queues [--stores sqlite,skip_locked,optimistic] [--rounds 3]
+        [--future 1000000] [--other 100000]
+
+The extra rows are written with SQL straight into the migrated store, then analyzed.
+PostgreSQL: a fresh database per measurement on $BENCH_PG's server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import sys
+import tempfile
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+
+from bench.tickwork_bench import LABELS, w1
+from tickwork.store import open_store
+
+NAME = "bench.noop"
+
+_PG = """
+INSERT INTO tickwork_tasks (name, kind, scheduled_at, next_run_at, status, queue, created_at, updated_at)
+SELECT %(name)s, 'ONE_TIME', %(at)s, %(at)s + g * interval '1 microsecond', 'PENDING', %(queue)s, %(at)s, %(at)s
+FROM generate_series(1, %(n)s) AS g
+"""
+
+_SQLITE = """
+INSERT INTO tickwork_tasks (name, kind, scheduled_at, next_run_at, status, queue, created_at, updated_at)
+WITH RECURSIVE n(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM n WHERE g < :n)
+SELECT :name, 'ONE_TIME', :at, :at + g, 'PENDING', :queue, :at, :at FROM n
+"""
+
+
+def fill(url: str, future: int, other: int) -> None:
+    """``future`` tasks of "default" due in a day, ``other`` due ones split over two queues."""
+    store = open_store(url)
+    store.migrate()
+    store.close()
+    now = datetime.now(UTC)
+    batches = [
+        ("default", now + timedelta(days=1), future),
+        ("reports", now - timedelta(minutes=5), other // 2),
+        ("emails", now - timedelta(minutes=5), other - other // 2),
+    ]
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        for queue, at, n in batches:
+            conn.execute(_SQLITE, {"name": NAME, "at": int(at.timestamp() * 1e6), "queue": queue, "n": n})
+        conn.execute("COMMIT")
+        conn.execute("ANALYZE")
+        conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(url) as pg:
+        for queue, at, n in batches:
+            pg.execute(_PG, {"name": NAME, "at": at, "queue": queue, "n": n})
+    with psycopg.connect(url, autocommit=True) as pg:
+        pg.execute("VACUUM ANALYZE tickwork_tasks")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stores", default="sqlite,skip_locked,optimistic")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--future", type=int, default=1_000_000)
+    parser.add_argument("--other", type=int, default=100_000)
+    args = parser.parse_args()
+    prepare = partial(fill, future=args.future, other=args.other)
+    full_table = f"+{args.future:,} not due, +{args.other:,} due elsewhere"
+    print(f"| store | W1 exec/s, empty table | W1 exec/s, {full_table} | ratio |")
+    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in args.stores.split(","):
+            empty, full = [], []
+            for i in range(args.rounds):
+                print(f"# {LABELS[kind]} round {i + 1}", file=sys.stderr, flush=True)
+                empty.append(w1(kind, Path(tmp), args.tasks))
+                full.append(w1(kind, Path(tmp), args.tasks, prepare=prepare))
+                print(f"#   empty {empty[-1]:,.0f}  full {full[-1]:,.0f}", file=sys.stderr, flush=True)
+            e, f = statistics.median(empty), statistics.median(full)
+            print(f"| {LABELS[kind]} | {e:,.0f} | {f:,.0f} | {f / e:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
