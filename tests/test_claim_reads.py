@@ -33,7 +33,9 @@ def new(store: Store, offset: float, **fields: Any) -> NewTask:
 
 def copy_task(url: str, task_id: int, times: int) -> None:
     """``times`` copies of one task, written in one statement."""
-    columns = "name, args, kwargs, kind, scheduled_at, next_run_at, status, queue, lock, created_at, updated_at"
+    columns = (
+        "name, args, kwargs, kind, scheduled_at, next_run_at, status, queue, lock, priority, created_at, updated_at"
+    )
     sql = (
         f"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {int(times)}) "
         f"INSERT INTO tickwork_tasks ({columns}) SELECT {columns} FROM tickwork_tasks, n WHERE id = {int(task_id)}"
@@ -62,6 +64,7 @@ def params(store: Store, queues: list[str] | None = None) -> dict[str, Any]:
         "exclude": d.encode_ids([]),
         "limit": 32,
         "scan": SCAN,
+        "due_by": d.encode_time(now),
         **queue_params(d, ["default"] if queues is None else queues),
     }
 
@@ -166,6 +169,21 @@ def test_every_queue_is_read_when_none_is_named(store: Store) -> None:
     claimed = store.claim("reads", [NAME], 10, 30.0, queues=None)
     assert [c.task.queue for c in claimed] == ["b", "a", "c", "b"]
     assert store.next_due_at([NAME], None) is not None
+
+
+def test_counts_do_not_read_future_tasks(store: Store, store_url: str) -> None:
+    """The depth gauges and the producer's backpressure count read the due part of each
+    queue and lane priority, however many tasks wait in the future."""
+    counts = ["queue_depth", "due_by_queue", "due_count"]
+    store.insert_tasks([new(store, -5) for _ in range(40)] + [new(store, -5, priority=2) for _ in range(10)])
+    empty = measure(store, store_url, counts)
+    for fields in ({}, {"priority": 2}, {"queue": "reports"}):
+        [future] = store.insert_tasks([new(store, 3600, **fields)])
+        copy_task(store_url, future.id, BACKLOG)
+    full = measure(store, store_url, counts)
+    assert within(full, empty, store_url) == {}
+    assert store.queue_depth()[0] == 50 and store.due_count(1000) == 50
+    assert store.due_by_queue() == {"default": (50, store.queue_depth()[1])}
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,50 @@ served_queues(queue) AS (
     WHERE queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
 )
 
+-- name: due_per_queue
+-- queries.sql's, with each lane priority read by a LATERAL walk of its due part (a join
+-- would be planned as one pass over the whole lane index).
+{{queue_scan}},
+due_per_queue(queue, due, oldest) AS (
+    SELECT q.queue,
+        (SELECT COUNT(*) FROM tickwork_tasks t
+         WHERE t.queue = q.queue AND t.status = 'PENDING' AND t.next_run_at <= :now AND t.priority = 0
+           AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL),
+        (SELECT t.next_run_at FROM tickwork_tasks t
+         WHERE t.queue = q.queue AND t.status = 'PENDING' AND t.next_run_at <= :now AND t.priority = 0
+           AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL
+         ORDER BY t.next_run_at LIMIT 1)
+    FROM pending_queues q WHERE q.queue IS NOT NULL
+    UNION ALL
+    SELECT c.queue, COUNT(*), MIN(c.next_run_at)
+    FROM lane_priorities p CROSS JOIN LATERAL (
+        SELECT queue, next_run_at FROM tickwork_tasks
+        WHERE priority = p.priority AND status = 'PENDING' AND next_run_at <= :now
+          AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+    ) AS c
+    GROUP BY c.queue
+)
+
+-- name: due_count
+-- queries.sql's, each queue and lane priority read by a LATERAL walk of its due part.
+WITH RECURSIVE {{queue_scan}}
+SELECT COUNT(*) AS n FROM (
+    SELECT 1 AS one FROM pending_queues q CROSS JOIN LATERAL (
+        SELECT 1 FROM tickwork_tasks
+        WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :due_by AND priority = 0
+          AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+        LIMIT :limit
+    ) AS plain
+    UNION ALL
+    SELECT 1 FROM lane_priorities p CROSS JOIN LATERAL (
+        SELECT 1 FROM tickwork_tasks
+        WHERE priority = p.priority AND status = 'PENDING' AND next_run_at <= :due_by
+          AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+        LIMIT :limit
+    ) AS lane
+    LIMIT :limit
+) AS due;
+
 -- name: next_due_at
 -- The earliest dispatch time among the tasks this node can run: "plain", the first
 -- entry of each of its queues, and "lane", a rate's next allowed start if later than the

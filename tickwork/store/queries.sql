@@ -36,30 +36,37 @@ WHERE key = :key AND status IN ('PENDING', 'RUNNING', 'PAUSED');
 -- The queues that have PENDING plain tasks, and the lane's priorities: a loose scan of
 -- each index's first column, one index probe per queue or priority found.
 pending_queues(queue) AS (
-    SELECT MIN(queue) FROM tickwork_tasks
-    WHERE status = 'PENDING' AND priority = 0 AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+    -- (ORDER BY ... LIMIT 1, not MIN: the planner may read a whole index for a MIN.)
+    SELECT (SELECT queue FROM tickwork_tasks
+            WHERE status = 'PENDING' AND priority = 0 AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+            ORDER BY queue LIMIT 1)
     UNION ALL
-    SELECT (SELECT MIN(t.queue) FROM tickwork_tasks t
+    SELECT (SELECT t.queue FROM tickwork_tasks t
             WHERE t.status = 'PENDING' AND t.priority = 0
-              AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL AND t.queue > q.queue)
+              AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL AND t.queue > q.queue
+            ORDER BY t.queue LIMIT 1)
     FROM pending_queues q WHERE q.queue IS NOT NULL
 ),
 lane_priorities(priority) AS (
-    SELECT MAX(priority) FROM tickwork_tasks
-    WHERE status = 'PENDING'
-      AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+    SELECT (SELECT priority FROM tickwork_tasks
+            WHERE status = 'PENDING'
+              AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+            ORDER BY priority DESC LIMIT 1)
     UNION ALL
-    SELECT (SELECT MAX(t.priority) FROM tickwork_tasks t
+    SELECT (SELECT t.priority FROM tickwork_tasks t
             WHERE t.status = 'PENDING'
               AND (t.priority <> 0 OR t.lock IS NOT NULL OR t.max_running IS NOT NULL OR t.rate_limit IS NOT NULL)
-              AND t.priority < p.priority)
+              AND t.priority < p.priority
+            ORDER BY t.priority DESC LIMIT 1)
     FROM lane_priorities p WHERE p.priority IS NOT NULL
 )
 
 -- name: due_per_queue
 -- Due PENDING tasks per queue and the oldest one's dispatch time, counted one queue (and
 -- one lane priority) at a time over the due part of each index. A queue may come twice
--- (plain and lane): readers sum.
+-- (plain and lane), or with nothing due: readers sum, and filter after the sum (a filter
+-- on "due" would be pushed into the CTE and count each queue twice). postgres.sql has its
+-- own, with a LATERAL read of each lane priority.
 {{queue_scan}},
 due_per_queue(queue, due, oldest) AS (
     SELECT q.queue,
@@ -71,10 +78,13 @@ due_per_queue(queue, due, oldest) AS (
            AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL)
     FROM pending_queues q WHERE q.queue IS NOT NULL
     UNION ALL
+    -- (Each priority's rows by a correlated subquery: as a plain join, SQLite would build a
+    -- Bloom filter of the whole table first.)
     SELECT t.queue, COUNT(*), MIN(t.next_run_at)
-    FROM lane_priorities p JOIN tickwork_tasks t ON t.priority = p.priority
-    WHERE p.priority IS NOT NULL AND t.status = 'PENDING' AND t.next_run_at <= :now
-      AND (t.priority <> 0 OR t.lock IS NOT NULL OR t.max_running IS NOT NULL OR t.rate_limit IS NOT NULL)
+    FROM lane_priorities p JOIN tickwork_tasks t ON t.id IN (
+        SELECT i.id FROM tickwork_tasks i
+        WHERE i.priority = p.priority AND i.status = 'PENDING' AND i.next_run_at <= :now
+          AND (i.priority <> 0 OR i.lock IS NOT NULL OR i.max_running IS NOT NULL OR i.rate_limit IS NOT NULL))
     GROUP BY t.queue
 )
 
@@ -364,13 +374,17 @@ GROUP BY status;
 -- now(): it must judge the rows just inserted by the same clock that stamped them.
 WITH RECURSIVE {{queue_scan}}
 SELECT COUNT(*) AS n FROM (
-    SELECT 1 AS one FROM pending_queues q JOIN tickwork_tasks t ON t.queue = q.queue
-    WHERE t.status = 'PENDING' AND t.next_run_at <= :due_by AND t.priority = 0
-      AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL
+    SELECT 1 AS one FROM pending_queues q JOIN tickwork_tasks t ON t.id IN (
+        SELECT i.id FROM tickwork_tasks i
+        WHERE i.queue = q.queue AND i.status = 'PENDING' AND i.next_run_at <= :due_by AND i.priority = 0
+          AND i.lock IS NULL AND i.max_running IS NULL AND i.rate_limit IS NULL
+        LIMIT :limit)
     UNION ALL
-    SELECT 1 FROM lane_priorities p JOIN tickwork_tasks t ON t.priority = p.priority
-    WHERE t.status = 'PENDING' AND t.next_run_at <= :due_by
-      AND (t.priority <> 0 OR t.lock IS NOT NULL OR t.max_running IS NOT NULL OR t.rate_limit IS NOT NULL)
+    SELECT 1 FROM lane_priorities p JOIN tickwork_tasks t ON t.id IN (
+        SELECT i.id FROM tickwork_tasks i
+        WHERE i.priority = p.priority AND i.status = 'PENDING' AND i.next_run_at <= :due_by
+          AND (i.priority <> 0 OR i.lock IS NOT NULL OR i.max_running IS NOT NULL OR i.rate_limit IS NOT NULL)
+        LIMIT :limit)
     LIMIT :limit
 ) AS due;
 

@@ -13,8 +13,9 @@ SELECT name FROM tickwork_queues WHERE paused ORDER BY name LIMIT 1000;
 -- A paused queue's tasks are not claimable: they are no backlog to scale out for.
 WITH RECURSIVE {{due_per_queue}}
 SELECT queue, SUM(due) AS due, MIN(oldest) AS oldest FROM due_per_queue
-WHERE due > 0 AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+WHERE queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
 GROUP BY queue
+HAVING SUM(due) > 0
 ORDER BY queue
 LIMIT 1000;
 
