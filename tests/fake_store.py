@@ -854,22 +854,32 @@ class FakeStore:
             return [self._out(t) for t in found[max(offset, 0) : max(offset, 0) + max(limit, 0)]]
 
     def task_headers(
-        self, *, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        status: str | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        queue: str | None = None,
     ) -> list[TaskHeader]:
         with self._lock:
-            return [TaskHeader(t.id, t.name, t.status.value) for t in self._page(status, name, limit, offset)]
+            return [TaskHeader(t.id, t.name, t.status.value) for t in self._page(status, name, limit, offset, queue)]
 
     def task_header(self, task_id: int) -> TaskHeader | None:
         with self._lock:
             task = self._tasks.get(task_id)
             return None if task is None else TaskHeader(task.id, task.name, task.status.value)
 
-    def _page(self, status: str | None, name: str | None, limit: int, offset: int) -> list[Task]:
+    def _page(
+        self, status: str | None, name: str | None, limit: int, offset: int, queue: str | None = None
+    ) -> list[Task]:
         """Tasks in id order (the dict's order: ids only grow), filtered, one page."""
         matching = [
             t
             for t in self._tasks.values()
-            if (status is None or t.status == status) and (name is None or t.name == name)
+            if (status is None or t.status == status)
+            and (name is None or t.name == name)
+            and (queue is None or t.queue == queue)
         ]
         start = max(offset, 0)
         return matching[start : start + max(limit, 0)]

@@ -233,3 +233,33 @@ def test_the_task_page_says_how_many_lost_runs_are_run_again(page: Any, web_app:
     wait_until(lambda: reconcile(web_app.store) == 1, 10.0)  # its node "died": the lease ran out
     text = page.get(f"/tasks/{task.id}").text
     assert "run again up to 3 times in a row; 1 so far" in " ".join(text.split())
+
+
+def test_the_task_list_filters_by_queue_on_the_page_and_the_api(
+    page: Any, api: Any, web_app: App, store_url: str
+) -> None:
+    """Issue 17: the queue is a column and a filter of the tasks page and of GET /tasks,
+    a bad one is a note (page) or a 422 naming it (API), and a row that cannot be decoded
+    keeps its place in its queue's list."""
+    from tests.http_support import AUTH, V1, problem
+
+    emails = [web_app.schedule("web.ok", delay=600, queue="emails").id for _ in range(3)]
+    other = web_app.schedule("web.ok", delay=600).id
+    shown = page.get("/tasks?queue=emails")
+    assert shown.status_code == 200 and listed(shown.text) == emails[::-1]
+    assert "<td>emails</td>" in shown.text and 'value="emails"' in shown.text
+    assert listed(page.get("/tasks?queue=default").text) == [other]
+    assert listed(page.get("/tasks?queue=emails&sort=oldest").text) == emails
+    bad = page.get("/tasks?queue=" + "no%20spaces")
+    assert bad.status_code == 200 and "Filter ignored" in bad.text and "queue" in bad.text
+    assert listed(bad.text) == [other, *emails[::-1]]  # the filter dropped, nothing else
+    found = api.get(f"{V1}/tasks", params={"queue": "emails"}, headers=AUTH)
+    assert found.status_code == 200 and [t["id"] for t in found.json()["items"]] == emails
+    assert {t["queue"] for t in found.json()["items"]} == {"emails"}
+    problem(api.get(f"{V1}/tasks", params={"queue": "a b"}, headers=AUTH), 422, "queue")
+    problem(api.get(f"{V1}/tasks", params={"queue": "x" * 101}, headers=AUTH), 422, "queue")
+    column, value = corruptions(store_url)[0]
+    corrupt(store_url, emails[1], column, value)
+    mixed = api.get(f"{V1}/tasks", params={"queue": "emails"}, headers=AUTH).json()["items"]
+    assert [t["id"] for t in mixed] == emails and "reason" in mixed[1]
+    assert f'<tr data-task-id="{emails[1]}" class="undecodable">' in page.get("/tasks?queue=emails").text

@@ -204,7 +204,13 @@ class Store(Protocol):
         ...
 
     def task_headers(
-        self, *, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        status: str | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        queue: str | None = None,
     ) -> list[TaskHeader]:
         """The id, name and status of ``list_tasks``'s rows, in its order, read without
         decoding them: a row written by another program cannot hide the others."""

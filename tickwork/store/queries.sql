@@ -408,6 +408,7 @@ SELECT 1 AS revoked FROM tickwork_revoked_sessions WHERE id = :id;
 SELECT id, name, status FROM tickwork_tasks
 WHERE (CAST(:status AS TEXT) IS NULL OR status = CAST(:status AS TEXT))
   AND (CAST(:name AS TEXT) IS NULL OR name = CAST(:name AS TEXT))
+  AND (CAST(:queue AS TEXT) IS NULL OR queue = CAST(:queue AS TEXT))
 ORDER BY id
 LIMIT :limit OFFSET :offset;
 

@@ -196,9 +196,15 @@ class SQLStore(QueueOps):
             return [self._rows.task(r) for r in s.fetch_all(query, params)]
 
     def task_headers(
-        self, *, status: str | None = None, name: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        status: str | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        queue: str | None = None,
     ) -> list[TaskHeader]:
-        params = {"status": status, "name": name, "limit": limit, "offset": offset}
+        params = {"status": status, "name": name, "limit": limit, "offset": offset, "queue": queue}
         with self.dialect.reader() as s:
             return [header(r) for r in s.fetch_all("task_headers", params)]
 

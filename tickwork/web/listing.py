@@ -36,12 +36,21 @@ class Page:
 Row = Task | Undecodable
 
 
-def find_tasks(app: App, *, status: Status | None, name: str | None, q: str | None, limit: int, offset: int) -> Page:
-    """Tasks in id order matching ``status`` and ``name`` exactly, and ``q`` as a
-    case-insensitive substring of the name."""
+def find_tasks(
+    app: App,
+    *,
+    status: Status | None,
+    name: str | None,
+    q: str | None,
+    limit: int,
+    offset: int,
+    queue: str | None = None,
+) -> Page:
+    """Tasks in id order matching ``status``, ``name`` and ``queue`` exactly, and ``q``
+    as a case-insensitive substring of the name."""
 
     def fetch(want: int, position: int) -> list[Row]:
-        return reading.tasks(app, status=status, name=name, limit=want, offset=position)
+        return reading.tasks(app, status=status, name=name, limit=want, offset=position, queue=queue)
 
     items, next_offset, scanned = walk(fetch, q, limit, offset)
     return Page(items, limit, offset, next_offset, scanned)

@@ -66,20 +66,24 @@ def decodable(app: App, task_id: int, operation: str) -> Task:
     return found
 
 
-def tasks(app: App, *, status: Status | None, name: str | None, limit: int, offset: int) -> list[Task | Undecodable]:
+def tasks(
+    app: App, *, status: Status | None, name: str | None, limit: int, offset: int, queue: str | None = None
+) -> list[Task | Undecodable]:
     """``app.tasks(...)`` with each row that cannot be decoded in its place, as an
     ``Undecodable``."""
     store = app.store
     try:
-        return list(app.tasks(status=status, name=name, limit=limit, offset=offset))
+        return list(app.tasks(status=status, name=name, limit=limit, offset=offset, queue=queue))
     except Exception as exc:
         if _passes(store, exc):
             raise
-    headers = store.task_headers(status=status.value if status else None, name=name, limit=limit, offset=offset)
+    headers = store.task_headers(
+        status=status.value if status else None, name=name, limit=limit, offset=offset, queue=queue
+    )
     found: list[Task | Undecodable] = []
     for start in range(0, len(headers), CHUNK):
         chunk = headers[start : start + CHUNK]
-        found += _chunk(store, chunk, status, name, offset + start)
+        found += _chunk(store, chunk, status, name, queue, offset + start)
     return found
 
 
@@ -92,10 +96,10 @@ def _passes(store: Store, exc: Exception) -> bool:
 
 
 def _chunk(
-    store: Store, chunk: list[TaskHeader], status: Status | None, name: str | None, offset: int
+    store: Store, chunk: list[TaskHeader], status: Status | None, name: str | None, queue: str | None, offset: int
 ) -> list[Task | Undecodable]:
     try:
-        rows = store.list_tasks(status=status, name=name, limit=len(chunk), offset=offset)
+        rows = store.list_tasks(status=status, name=name, limit=len(chunk), offset=offset, queue=queue)
     except Exception as exc:
         if store.is_transient(exc):
             raise

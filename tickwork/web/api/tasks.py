@@ -42,7 +42,7 @@ def router(app: App, db: Database, read: Any, write: Any) -> APIRouter:
         response_model=TaskPage,
         dependencies=[read],
         responses=responses(401, 422, 503),
-        summary="List tasks by status, name and a text search over names",
+        summary="List tasks by status, name, queue and a text search over names",
     )
     @guard
     def list_tasks(
@@ -52,10 +52,11 @@ def router(app: App, db: Database, read: Any, write: Any) -> APIRouter:
             Text | None,
             Query(max_length=300, description="Case-insensitive substring of the name (scans at most 5000 tasks)."),
         ] = None,
+        queue: Annotated[Text | None, Query(max_length=100, description="Exact queue name.")] = None,
         limit: Limit = 100,
         offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     ) -> TaskPage:
-        page = find_tasks(app, status=status, name=name, q=q, limit=limit, offset=offset)
+        page = find_tasks(app, status=status, name=name, q=q, limit=limit, offset=offset, queue=queue)
         return TaskPage(
             items=[any_task(t) for t in page.items],
             limit=page.limit,

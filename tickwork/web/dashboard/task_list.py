@@ -29,6 +29,7 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
         name: str = "",
         q: str = "",
         kind: str = "",
+        queue: str = "",
         sort: str = "",
         offset: str = "0",
     ) -> Response:
@@ -38,8 +39,14 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
         status_ = parsing.choice(Status, status, "status", notes)
         start = parsing.offset(offset, notes)
         name, q = parsing.text(name, "name", notes), parsing.text(q, "search", notes)
+        queue = parsing.text(queue.strip(), "queue", notes)
         wanted = Filters(
-            status_, name or None, q or None, task_order.kind_of(kind, notes), task_order.sort_of(sort, notes)
+            status_,
+            name or None,
+            q or None,
+            task_order.kind_of(kind, notes),
+            task_order.sort_of(sort, notes),
+            queue or None,
         )
         try:
             rows = task_order.page(app, wanted, PAGE_SIZE, start)
@@ -52,6 +59,7 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
             "name": wanted.name or "",
             "q": wanted.q or "",
             "kind": wanted.kind.value if wanted.kind else "",
+            "queue": wanted.queue or "",
             "sort": "" if wanted.sort == task_order.DEFAULT_SORT else wanted.sort,
         }
         pager = _pager(filters, rows, start)
@@ -69,6 +77,7 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
             window=task_order.WINDOW,
             statuses=[s.value for s in Status],
             names=app.registry.names(),
+            queue_names=app.registry.queues(),
             notes=notes,
             next_url=pager["next_url"],
             previous_url=pager["previous_url"],

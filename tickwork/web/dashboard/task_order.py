@@ -49,6 +49,7 @@ class Filters:
     q: str | None = None
     kind: Kind | None = None
     sort: str = DEFAULT_SORT
+    queue: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,22 +112,24 @@ def page(app: App, filters: Filters, limit: int, offset: int) -> Rows:
 def _fetch(app: App, filters: Filters, newest_first: bool, limit: int, offset: int) -> tuple[list[Row], bool]:
     """One page from the store: (rows, whether it had to be read in id order without
     the kind filter because a row could not be decoded)."""
-    status, name, kind = filters.status, filters.name, filters.kind
+    status, name, kind, queue = filters.status, filters.name, filters.kind, filters.queue
     if kind is None and not newest_first:
-        return reading.tasks(app, status=status, name=name, limit=limit, offset=offset), False
+        return reading.tasks(app, status=status, name=name, limit=limit, offset=offset, queue=queue), False
     try:
-        stored = app.tasks(status=status, name=name, kind=kind, newest_first=newest_first, limit=limit, offset=offset)
+        stored = app.tasks(
+            status=status, name=name, kind=kind, newest_first=newest_first, limit=limit, offset=offset, queue=queue
+        )
         return list(stored), False
     except Exception as exc:
         if not _undecodable(app, exc):
             raise
-    if kind is None and name is None:  # newest first, exactly: count back from the end
+    if kind is None and name is None and queue is None:  # newest first, exactly: count back from the end
         stats = app.stats().by_status
         total = stats.get(status.value, 0) if status else sum(stats.values())
         start, end = max(0, total - offset - limit), max(0, total - offset)
         rows = reading.tasks(app, status=status, name=None, limit=end - start, offset=start) if end > start else []
         return list(reversed(rows)), False
-    return reading.tasks(app, status=status, name=name, limit=limit, offset=offset), True
+    return reading.tasks(app, status=status, name=name, limit=limit, offset=offset, queue=queue), True
 
 
 def _undecodable(app: App, exc: Exception) -> bool:
