@@ -9,6 +9,7 @@ none of that. Counts, not timings: the same on any machine."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from datetime import timedelta
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tickwork.model import Kind
+from tickwork.model import Kind, Status
 from tickwork.store import NewTask, Store
 from tickwork.store.limits import SCAN
 from tickwork.store.runs import queue_params
@@ -71,7 +72,7 @@ def params(store: Store, queues: list[str] | None = None) -> dict[str, Any]:
 
 def reads(store: Store, url: str, query: str, values: dict[str, Any]) -> int:
     """How much ``query`` read: PostgreSQL, rows out of or filtered by each scan of the
-    tasks table; SQLite, virtual machine steps. The statement's writes are rolled back."""
+    tasks and executions tables; SQLite, virtual machine steps. The statement's writes are rolled back."""
     text = store.dialect.texts[query]  # type: ignore[attr-defined]
     if url.startswith("sqlite"):
         steps = 0
@@ -87,10 +88,26 @@ def reads(store: Store, url: str, query: str, values: dict[str, Any]) -> int:
         conn.rollback()
         conn.close()
         return steps
+    return max(_pg_reads(url, text, values, generic) for generic in (False, True))
+
+
+def _pg_reads(url: str, text: str, values: dict[str, Any], generic: bool) -> int:
+    """Rows read by the plan made for these values, or by the generic plan (what the
+    hot path's prepared statements run: tickwork/store/postgres.py)."""
     import psycopg
+    from psycopg import sql
 
     with psycopg.connect(url) as conn:
-        [(plan,)] = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {text}".encode(), values).fetchall()
+        cur = conn.cursor()
+        explain = f"EXPLAIN (ANALYZE, FORMAT JSON) {text}"
+        if generic:  # prepare it, then explain the prepared statement's (generic) plan
+            cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            cur.execute(text.encode(), values, prepare=True)
+            [(prepared,)] = cur.execute("SELECT name FROM pg_prepared_statements ORDER BY prepare_time DESC LIMIT 1")
+            names = dict.fromkeys(re.findall(r"%\((\w+)\)s", text))  # psycopg numbers them in this order
+            given = ", ".join(sql.Literal(values[n]).as_string(conn) for n in names)
+            explain = f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {prepared}" + (f"({given})" if given else "")
+        [(plan,)] = cur.execute(explain.encode(), None if generic else values).fetchall()
         conn.rollback()
     tree = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
     return sum(_rows(node) for node in _nodes(tree))
@@ -103,9 +120,12 @@ def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _rows(node: dict[str, Any]) -> int:
-    if node.get("Relation Name") != "tickwork_tasks":
+    """Rows a scan of the tasks or executions table read. A sequential scan counts the
+    rows it would read when this run never reached it (another run would)."""
+    if node.get("Relation Name") not in ("tickwork_tasks", "tickwork_executions"):
         return 0
-    return int((node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * node.get("Actual Loops", 1))
+    read = int((node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * node.get("Actual Loops", 1))
+    return max(read, int(node["Plan Rows"])) if node.get("Node Type") == "Seq Scan" else read
 
 
 def measure(store: Store, url: str, queries: list[str]) -> dict[str, int]:
@@ -184,6 +204,56 @@ def test_counts_do_not_read_future_tasks(store: Store, store_url: str) -> None:
     assert within(full, empty, store_url) == {}
     assert store.queue_depth()[0] == 50 and store.due_count(1000) == 50
     assert store.due_by_queue() == {"default": (50, store.queue_depth()[1])}
+
+
+HOT_PATH = ["claim_skip_locked", "claim_candidates_and_lane", "claim_cas_batch", "renew_batch", "write_outcomes_batch"]
+
+
+def test_the_hot_paths_generic_plans_read_only_their_own_rows(store: Store, store_url: str) -> None:
+    """The hot path's connections run every statement's generic plan (postgres.py), made
+    without the parameters' values: not one of them may scan a table or walk what it
+    does not need, however the planner guesses the sizes of its arrays and LIMITs."""
+    if store_url.startswith("sqlite"):
+        pytest.skip("SQLite plans each statement with its values")
+    from tickwork.model import ExecutionStatus
+    from tickwork.schedules import outcome_of
+    from tickwork.store import encoding
+
+    store.insert_tasks([new(store, -5) for _ in range(40)])
+    [other] = store.insert_tasks([new(store, -60, queue="reports")])
+    copy_task(store_url, other.id, BACKLOG)
+    [future] = store.insert_tasks([new(store, 3600)])
+    copy_task(store_url, future.id, BACKLOG)
+    _history(store_url)
+    running = store.claim("reads", [NAME], 8, 30.0, queues=["default"])
+    d = store.dialect  # type: ignore[attr-defined]
+    waiting = [t for t in store.list_tasks(status=Status.PENDING, limit=40) if t.queue == "default"][:8]
+    values = {
+        **params(store),
+        "lane": False,
+        "ids": [t.id for t in waiting],
+        "versions": [t.version for t in waiting],
+        "fences": [c.fence for c in running],
+        "expired_only": False,
+        "batch": d.encode_json(
+            [encoding.outcome_object(outcome_of(c, ExecutionStatus.COMPLETED, store.now())) for c in running]
+        ),
+    }
+    renewing = {**values, "ids": [c.task.id for c in running]}
+    found = {q: _pg_reads(store_url, d.texts[q], renewing if q == "renew_batch" else values, True) for q in HOT_PATH}
+    assert {q: n for q, n in found.items() if n > 200} == {}
+
+
+def _history(url: str) -> None:
+    """An execution row for each task of the backlog: a scan of the log would show."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence) "
+            "SELECT id, 1, next_run_at, next_run_at, 'COMPLETED', 'old', 1 FROM tickwork_tasks"
+        )
+        conn.execute("ANALYZE tickwork_executions")
 
 
 @pytest.fixture(autouse=True)

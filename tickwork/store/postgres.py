@@ -101,11 +101,23 @@ SESSION_SETTINGS = {
 }
 
 
-def session_options(url: str) -> str:
-    """Our session settings as libpq ``options`` (set at connect, no round trip), after
-    any options the URL already carries."""
+HOT_PATH_SETTINGS = {
+    # The hot path's statements (claims, renewals, outcomes) are index walks whatever their
+    # parameters, and psycopg prepares each after a few runs. Left to choose, PostgreSQL
+    # keeps planning a claim's LATERAL walk of its queues afresh on every run (a custom
+    # plan each time: its estimate for an array parameter is never beaten by the generic
+    # plan's), which costs more than the walk itself. Only the autocommit pool's
+    # connections, which run nothing else: the listings' optional filters need custom plans.
+    "plan_cache_mode": "force_generic_plan",
+}
+
+
+def session_options(url: str, extra: dict[str, str] | None = None) -> str:
+    """Our session settings (and ``extra``) as libpq ``options`` (set at connect, no
+    round trip), after any options the URL already carries."""
     given = conninfo_to_dict(url).get("options") or ""
-    escaped = {name: value.replace(" ", "\\ ") for name, value in SESSION_SETTINGS.items()}  # libpq's escape
+    settings = {**SESSION_SETTINGS, **(extra or {})}
+    escaped = {name: value.replace(" ", "\\ ") for name, value in settings.items()}  # libpq's escape
     ours = " ".join(f"-c {name}={value}" for name, value in escaped.items())
     return f"{given} {ours}".strip()
 
@@ -159,6 +171,7 @@ class PostgresDialect:
         except psycopg.Error as exc:  # a malformed URL: the driver's message quotes it whole
             raise StoreError(f"url={masked(url)!r}: not a valid PostgreSQL URL: {scrubbed(str(exc), url)}") from None
         self.connect_kwargs = {**CONNECT_KWARGS, "options": options}
+        self.hot_path_options = session_options(self.url, HOT_PATH_SETTINGS)
         texts = queries.load(
             "queries.sql",
             "retention.sql",
@@ -198,7 +211,11 @@ class PostgresDialect:
             self.url,
             min_size=1,
             max_size=size,
-            kwargs={**self.connect_kwargs, "autocommit": autocommit},
+            kwargs={
+                **self.connect_kwargs,
+                "autocommit": autocommit,
+                **({"options": self.hot_path_options} if autocommit else {}),
+            },
             configure=self._configure,
             timeout=CONNECTION_WAIT_S,
             reconnect_timeout=RECONNECT_GIVE_UP_S,

@@ -49,6 +49,7 @@ SELECT COUNT(*) AS n FROM (
         SELECT 1 FROM tickwork_tasks
         WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :due_by AND priority = 0
           AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
+        ORDER BY next_run_at  -- the index's order: a generic plan would rather scan the table
         LIMIT :limit
     ) AS plain
     UNION ALL
@@ -56,6 +57,7 @@ SELECT COUNT(*) AS n FROM (
         SELECT 1 FROM tickwork_tasks
         WHERE priority = p.priority AND status = 'PENDING' AND next_run_at <= :due_by
           AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+        ORDER BY next_run_at
         LIMIT :limit
     ) AS lane
     LIMIT :limit
@@ -122,8 +124,9 @@ picked AS (
     UPDATE tickwork_tasks t
     SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
         lease_expires_at = clock_timestamp() + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
-    FROM picked
-    WHERE t.id = picked.id
+    -- by primary key, as an array: joined to picked, a generic plan (the hot path's, its
+    -- LIMIT unknown) would hash the whole table
+    WHERE t.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING t.*, nextval('tickwork_executions_id_seq') AS execution_id,
         CASE WHEN t.triggered THEN t.next_run_at ELSE t.scheduled_at END AS execution_scheduled_for
 ), logged AS (
