@@ -14,6 +14,7 @@ from importlib import resources
 
 _HEADER = re.compile(r"^--\s*name:\s*(?P<name>\w+)\s*$", re.MULTILINE)
 _FRAGMENT = re.compile(r"\{\{(?P<name>\w+)\}\}")
+_DEPTH = 8
 
 
 def parse(text: str) -> dict[str, str]:
@@ -34,8 +35,12 @@ def load(*files: str) -> dict[str, str]:
     for file in files:
         queries.update(parse(resources.files(__package__).joinpath(file).read_text("utf-8")))
     for name, text in queries.items():
-        while _FRAGMENT.search(text):
+        for _ in range(_DEPTH):
+            if not _FRAGMENT.search(text):
+                break
             text = _FRAGMENT.sub(lambda m: queries[m["name"]], text)
+        else:
+            raise ValueError(f"query {name}: fragments nested deeper than {_DEPTH} (a cycle?)")
         queries[name] = text
     if "claim_candidates" in queries and "lane_candidates" in queries:
         # One round trip for both kinds of candidate of an optimistic claim (limits.sql).
