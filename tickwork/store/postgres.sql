@@ -22,15 +22,7 @@ served_queues(queue) AS (
 -- would be planned as one pass over the whole lane index).
 {{queue_scan}},
 due_per_queue(queue, due, oldest) AS (
-    SELECT q.queue,
-        (SELECT COUNT(*) FROM tickwork_tasks t
-         WHERE t.queue = q.queue AND t.status = 'PENDING' AND t.next_run_at <= :now AND t.priority = 0
-           AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL),
-        (SELECT t.next_run_at FROM tickwork_tasks t
-         WHERE t.queue = q.queue AND t.status = 'PENDING' AND t.next_run_at <= :now AND t.priority = 0
-           AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL
-         ORDER BY t.next_run_at LIMIT 1)
-    FROM pending_queues q WHERE q.queue IS NOT NULL
+    {{due_in_queues}}
     UNION ALL
     SELECT c.queue, COUNT(*), MIN(c.next_run_at)
     FROM lane_priorities p CROSS JOIN LATERAL (

@@ -61,6 +61,20 @@ lane_priorities(priority) AS (
     FROM lane_priorities p WHERE p.priority IS NOT NULL
 )
 
+-- name: due_in_queues
+-- (A fragment.) Due plain tasks per queue with PENDING plain tasks, and the oldest one's
+-- dispatch time: two walks of that queue's due part (ORDER BY ... LIMIT 1, not MIN: the
+-- planner may read a whole index for a MIN).
+SELECT q.queue,
+    (SELECT COUNT(*) FROM tickwork_tasks t
+     WHERE t.queue = q.queue AND t.status = 'PENDING' AND t.next_run_at <= :now AND t.priority = 0
+       AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL),
+    (SELECT t.next_run_at FROM tickwork_tasks t
+     WHERE t.queue = q.queue AND t.status = 'PENDING' AND t.next_run_at <= :now AND t.priority = 0
+       AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL
+     ORDER BY t.next_run_at LIMIT 1)
+FROM pending_queues q WHERE q.queue IS NOT NULL
+
 -- name: due_per_queue
 -- Due PENDING tasks per queue and the oldest one's dispatch time, counted one queue (and
 -- one lane priority) at a time over the due part of each index. A queue may come twice
@@ -69,14 +83,7 @@ lane_priorities(priority) AS (
 -- own, with a LATERAL read of each lane priority.
 {{queue_scan}},
 due_per_queue(queue, due, oldest) AS (
-    SELECT q.queue,
-        (SELECT COUNT(*) FROM tickwork_tasks t
-         WHERE t.queue = q.queue AND t.status = 'PENDING' AND t.next_run_at <= :now AND t.priority = 0
-           AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL),
-        (SELECT MIN(t.next_run_at) FROM tickwork_tasks t
-         WHERE t.queue = q.queue AND t.status = 'PENDING' AND t.next_run_at <= :now AND t.priority = 0
-           AND t.lock IS NULL AND t.max_running IS NULL AND t.rate_limit IS NULL)
-    FROM pending_queues q WHERE q.queue IS NOT NULL
+    {{due_in_queues}}
     UNION ALL
     -- (Each priority's rows by a correlated subquery: as a plain join, SQLite would build a
     -- Bloom filter of the whole table first.)
