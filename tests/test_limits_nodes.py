@@ -26,11 +26,6 @@ T = TypeVar("T", int, float)
 
 
 STORES = ["sqlite", "postgres-skip_locked", "postgres-optimistic"]
-# The limits live in the lane claim (tickwork/store/limits.py), the same under both
-# PostgreSQL strategies and on SQLite but for the transaction around it: the two longest
-# tests (10 to 20 s of runs each) run on PostgreSQL, the race, the lock and why_waiting on
-# all three; SQLite's rate spacing is pinned by tests/test_store_limits.py.
-LONG = pytest.mark.parametrize("db_url", ["postgres-skip_locked"], indirect=True)
 
 
 @pytest.fixture(params=STORES)
@@ -142,7 +137,6 @@ def assert_each_ran_once(client: App, records: Path, ids: Iterable[int]) -> None
 # -- max_running -----------------------------------------------------------------------------
 
 
-@LONG
 @pytest.mark.timeout(180)
 def test_max_running_holds_across_four_nodes_with_eight_slots_each(
     client: App, fleet: Fleet, records: Path, claim: str
@@ -192,7 +186,6 @@ def test_tasks_sharing_a_lock_never_overlap_and_others_run_in_parallel(
 # -- rate_limit= -----------------------------------------------------------------------------
 
 
-@LONG
 @pytest.mark.timeout(150)
 def test_a_rate_limit_spaces_starts_across_four_nodes(client: App, fleet: Fleet, records: Path, claim: str) -> None:
     """400 due runs of a ``rate_limit="20/s"`` task (20 s worth), watched for 10 s from the

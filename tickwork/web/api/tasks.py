@@ -13,7 +13,7 @@ from tickwork.web.api.params import Limit, TaskId
 from tickwork.web.api.shapes import any_task, task_out, with_waiting
 from tickwork.web.database import Database
 from tickwork.web.errors import responses
-from tickwork.web.listing import find_tasks
+from tickwork.web.listing import Page, find_tasks
 from tickwork.web.schemas import MAX_ID, AnyTaskOut, ScheduleIn, TaskOut, TaskPage, Text
 
 EXISTED = "Tickwork-Existed"
@@ -56,14 +56,7 @@ def router(app: App, db: Database, read: Any, write: Any) -> APIRouter:
         limit: Limit = 100,
         offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     ) -> TaskPage:
-        page = find_tasks(app, status=status, name=name, q=q, limit=limit, offset=offset, queue=queue)
-        return TaskPage(
-            items=[any_task(t) for t in page.items],
-            limit=page.limit,
-            offset=page.offset,
-            next_offset=page.next_offset,
-            scanned=page.scanned,
-        )
+        return page_out(find_tasks(app, status=status, name=name, q=q, limit=limit, offset=offset, queue=queue))
 
     @r.post(
         "/tasks",
@@ -94,3 +87,13 @@ def router(app: App, db: Database, read: Any, write: Any) -> APIRouter:
         return with_waiting(app, reading.task(app, task_id))
 
     return r
+
+
+def page_out(page: Page) -> TaskPage:
+    return TaskPage(
+        items=[any_task(t) for t in page.items],
+        limit=page.limit,
+        offset=page.offset,
+        next_offset=page.next_offset,
+        scanned=page.scanned,
+    )

@@ -36,32 +36,15 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
         if not pages.viewer(request).can_read:
             return pages.to_login(request)
         notes: list[str] = []
-        status_ = parsing.choice(Status, status, "status", notes)
         start = parsing.offset(offset, notes)
-        name, q = parsing.text(name, "name", notes), parsing.text(q, "search", notes)
-        queue = parsing.text(queue.strip(), "queue", notes)
-        wanted = Filters(
-            status_,
-            name or None,
-            q or None,
-            task_order.kind_of(kind, notes),
-            task_order.sort_of(sort, notes),
-            queue or None,
-        )
+        wanted = _wanted(status, name, q, kind, sort, queue, notes)
         try:
             rows = task_order.page(app, wanted, PAGE_SIZE, start)
         except InvalidInput as exc:
             notes.append(f"Filter ignored: {exc}")
             wanted, start = Filters(sort=wanted.sort), 0
             rows = task_order.page(app, wanted, PAGE_SIZE, 0)
-        filters = {
-            "status": wanted.status.value if wanted.status else "",
-            "name": wanted.name or "",
-            "q": wanted.q or "",
-            "kind": wanted.kind.value if wanted.kind else "",
-            "queue": wanted.queue or "",
-            "sort": "" if wanted.sort == task_order.DEFAULT_SORT else wanted.sort,
-        }
+        filters = _shown(wanted)
         pager = _pager(filters, rows, start)
         return pages.render(
             request,
@@ -84,6 +67,30 @@ def router(app: App, db: Database, pages: Pages) -> APIRouter:
         )
 
     return r
+
+
+def _wanted(status: str, name: str, q: str, kind: str, sort: str, queue: str, notes: list[str]) -> Filters:
+    """The filters asked for, read leniently: what cannot be used is dropped with a note."""
+    return Filters(
+        parsing.choice(Status, status, "status", notes),
+        parsing.text(name, "name", notes) or None,
+        parsing.text(q, "search", notes) or None,
+        task_order.kind_of(kind, notes),
+        task_order.sort_of(sort, notes),
+        parsing.text(queue.strip(), "queue", notes) or None,
+    )
+
+
+def _shown(wanted: Filters) -> dict[str, str]:
+    """The filters as the page's form and links carry them."""
+    return {
+        "status": wanted.status.value if wanted.status else "",
+        "name": wanted.name or "",
+        "q": wanted.q or "",
+        "kind": wanted.kind.value if wanted.kind else "",
+        "queue": wanted.queue or "",
+        "sort": "" if wanted.sort == task_order.DEFAULT_SORT else wanted.sort,
+    }
 
 
 def _kept(filters: dict[str, str], **changed: str | int) -> str:
