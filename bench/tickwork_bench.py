@@ -70,6 +70,14 @@ def ceiling_main(url: str, sink: Path) -> None:
         _postgres_ceiling(url, fd)
 
 
+# The predicate of tickwork's index of claimable plain tasks (migration 0013), so that
+# the bare loop walks the same index in the same order as a node's claim does.
+_CLAIMABLE = (
+    "queue = 'default' AND status = 'PENDING' AND priority = 0 "
+    "AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL"
+)
+
+
 def _sqlite_ceiling(path: str, fd: int) -> None:
     conn = sqlite3.connect(path, timeout=30, isolation_level=None)
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -77,7 +85,7 @@ def _sqlite_ceiling(path: str, fd: int) -> None:
         conn.execute("BEGIN IMMEDIATE")
         rows = conn.execute(
             "UPDATE tickwork_tasks SET status='RUNNING' WHERE id IN (SELECT id FROM tickwork_tasks "
-            "WHERE status='PENDING' ORDER BY next_run_at LIMIT 500) RETURNING id, kwargs"
+            f"WHERE {_CLAIMABLE} ORDER BY next_run_at, id LIMIT 500) RETURNING id, kwargs"
         ).fetchall()
         conn.execute("COMMIT")
         if not rows:
@@ -101,7 +109,7 @@ def _postgres_ceiling(url: str, fd: int) -> None:
         while True:
             rows = conn.execute(
                 "UPDATE tickwork_tasks SET status='RUNNING' WHERE id IN (SELECT id FROM tickwork_tasks "
-                "WHERE status='PENDING' ORDER BY next_run_at LIMIT 500 FOR UPDATE SKIP LOCKED) "
+                f"WHERE {_CLAIMABLE} ORDER BY next_run_at, id LIMIT 500 FOR UPDATE SKIP LOCKED) "
                 "RETURNING id, kwargs"
             ).fetchall()
             if not rows:
