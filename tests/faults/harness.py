@@ -172,7 +172,11 @@ class Case:
         retries: int = 5,
     ) -> list[int]:
         """``count`` one-time tasks due evenly from ``start_in`` to ``start_in + over`` s from now."""
-        now_db, now_mono = self.client.store.now(), time.monotonic()
+        # The database's clock is read somewhere within this round trip: pair it with the
+        # moment before it, so that a due time here is never later than the true one (a
+        # start is never judged early because the reply was slow to arrive).
+        now_mono = time.monotonic()
+        now_db = self.client.store.now()
         offsets = [start_in + over * i / max(1, count - 1) for i in range(count)]
         items = [
             {
