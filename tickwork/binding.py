@@ -19,6 +19,8 @@ anything with a ``name``, a ``func`` and ``options.context``.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -102,10 +104,44 @@ def check_call(definition: Definition, args: Sequence[Any], kwargs: Mapping[str,
     Raises ``InvalidInput`` naming ``args`` (too many positional arguments, or a missing
     positional-only one) or ``kwargs`` (a missing, unexpected or doubly given
     argument, whose name is the value), so the caller knows which to fix."""
-    signature = signature_of(definition.func)
-    if signature is None:
+    shape = _shape_of(definition.func)
+    if shape is None:
         return
-    _Binding(definition, signature, list(args), dict(kwargs)).check()
+    _Binding(definition, shape, list(args), dict(kwargs)).check()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """What a binding needs of a signature, worked out once per function: reading a
+    signature costs more than checking a call, and a bulk schedule checks thousands."""
+
+    signature: inspect.Signature
+    positional: tuple[inspect.Parameter, ...]
+    var_positional: bool
+    var_keyword: bool
+
+
+def _shape_of(func: Callable[..., Any]) -> _Shape | None:
+    try:
+        return _cached_shape(func)
+    except TypeError:  # an unhashable callable: worked out each time
+        return _shape(func)
+
+
+def _shape(func: Callable[..., Any]) -> _Shape | None:
+    signature = signature_of(func)
+    if signature is None:
+        return None
+    params = list(signature.parameters.values())
+    return _Shape(
+        signature,
+        tuple(p for p in params if p.kind in POSITIONAL),
+        any(p.kind is P.VAR_POSITIONAL for p in params),
+        any(p.kind is P.VAR_KEYWORD for p in params),
+    )
+
+
+_cached_shape = functools.lru_cache(maxsize=1024)(_shape)
 
 
 class _Binding:
@@ -115,17 +151,14 @@ class _Binding:
     positional-only parameter given as a key of the function's ``**kwargs``).
     tests/test_binding.py checks these rules against real calls of many signatures."""
 
-    def __init__(
-        self, definition: Definition, signature: inspect.Signature, args: list[Any], kwargs: dict[str, Any]
-    ) -> None:
-        self.name, self.signature = definition.name, signature
+    def __init__(self, definition: Definition, shape: _Shape, args: list[Any], kwargs: dict[str, Any]) -> None:
+        self.name, self.signature = definition.name, shape.signature
         self.context = definition.options.context
         self.args, self.kwargs = args, kwargs
         self.given = [CONTEXT, *args] if self.context else args
-        params = list(signature.parameters.values())
-        self.positional = [p for p in params if p.kind in POSITIONAL]
-        self.var_positional = any(p.kind is P.VAR_POSITIONAL for p in params)
-        self.var_keyword = any(p.kind is P.VAR_KEYWORD for p in params)
+        self.positional = shape.positional
+        self.var_positional = shape.var_positional
+        self.var_keyword = shape.var_keyword
         self.by_position = {p.name for p in self.positional[: len(self.given)]}
         self.context_param = self.positional[0].name if self.context and self.positional else None
 

@@ -123,7 +123,9 @@ def check(
         validate.text("key", given.key)
     until, max_runs = _ends(given, recurring=cron is not None or interval is not None)
     overrides = {name: getattr(given, name) for name in OVERRIDABLE if getattr(given, name) is not None}
-    options = dataclasses.replace(definition.options, **validate.task_options(**overrides))
+    options = definition.options
+    if overrides:
+        options = dataclasses.replace(options, **validate.task_options(**overrides))
     return Request(
         name=definition.name,
         args=args,

@@ -14,7 +14,7 @@ from tests.faults.harness import LEASE, Case
 from tests.faults.proxy import TcpProxy
 from tests.faults.servers import PrivatePostgres
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.alone]
 
 PARTITION_S = 2.5 * LEASE
 

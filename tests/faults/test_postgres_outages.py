@@ -12,7 +12,7 @@ import pytest
 from tests.faults.harness import Case
 from tests.faults.servers import NODE_APPNAME, PrivatePostgres
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.alone]
 
 
 def outage_workload(case: Case, *, fault_at: float, fault_for: float) -> list[int]:

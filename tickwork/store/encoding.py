@@ -7,24 +7,26 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tickwork.codec import clean_text, json_problem
+from tickwork.codec import clean_text, dumps, json_problem
 from tickwork.model import Claim, ErrorInfo, ExecutionStatus, NewTask, Outcome, Skipping, StuckRun
 from tickwork.store.dialect import Dialect
 
 
-def new_task(d: Dialect, new: NewTask, now: Any) -> dict[str, Any]:
-    """The parameters of ``insert_task`` (``now``: the insert's time, encoded)."""
+def task_row(d: Dialect, new: NewTask, task_id: int) -> dict[str, Any]:
+    """One row of ``insert_tasks``'s JSON batch, keyed by column. The arguments travel
+    as their JSON text, so each store keeps exactly the text ``dumps`` wrote."""
     return {
+        "id": task_id,
         "name": new.name,
-        "args": d.encode_json(new.args),
-        "kwargs": d.encode_json(new.kwargs),
+        "args": dumps(new.args),
+        "kwargs": dumps(new.kwargs),
         "key": new.key,
         "kind": new.kind.value,
         "cron": new.cron,
         "timezone": new.timezone,
-        "interval": new.interval,
-        "scheduled_at": d.encode_time(new.scheduled_at),
-        "next_run_at": d.encode_time(new.next_run_at),
+        "interval_seconds": new.interval,
+        "scheduled_at": _json_time(d, new.scheduled_at),
+        "next_run_at": _json_time(d, new.next_run_at),
         "misfire": new.misfire.value,
         "misfire_grace": new.misfire_grace,
         "jitter": new.jitter,
@@ -37,17 +39,23 @@ def new_task(d: Dialect, new: NewTask, now: Any) -> dict[str, Any]:
         "parent_id": new.parent_id,
         "on_lost": new.on_lost.value,
         "max_runtime": new.max_runtime,
-        "until": d.encode_time(new.until),
+        "until_at": _json_time(d, new.until),
         "max_runs": new.max_runs,
         "origin": new.origin,
-        "declared_at": d.encode_time(new.declared_at),
+        "declared_at": _json_time(d, new.declared_at),
         "max_lost": new.max_lost,
         "queue": new.queue,
         "lock": new.lock,
         "max_running": new.max_running,
         "rate_limit": new.rate_limit,
-        "now": now,
     }
+
+
+def _json_time(d: Dialect, moment: datetime | None) -> Any:
+    """A time as a JSON value the store's column takes: ISO text where the store keeps
+    times as timestamps, the store's own number otherwise."""
+    encoded = d.encode_time(moment)
+    return encoded.isoformat() if isinstance(encoded, datetime) else encoded
 
 
 def outcome_object(o: Outcome) -> dict[str, Any]:

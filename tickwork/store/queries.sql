@@ -2,24 +2,6 @@
 -- own file (e.g. sqlite.sql) may override any query by name. Every write that concerns
 -- a claimed run is fenced by id, version and lease_owner.
 
--- name: insert_task
--- Insert one task; a live task with the same idempotency key makes this a no-op.
-INSERT INTO tickwork_tasks (
-    name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
-    next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
-    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
-    until_at, max_runs, origin, declared_at, max_lost, queue, lock, max_running, rate_limit,
-    created_at, updated_at)
-VALUES (
-    :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval, :scheduled_at,
-    :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
-    :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :max_runtime,
-    :until, :max_runs, :origin, :declared_at, :max_lost, :queue, :lock, :max_running, :rate_limit,
-    :now, :now)
-ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
-DO NOTHING
-RETURNING *;
-
 -- name: live_task_by_key
 -- The live task holding an idempotency key.
 SELECT * FROM tickwork_tasks

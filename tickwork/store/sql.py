@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -39,6 +40,10 @@ __all__ = ["Dialect", "Row", "SQLStore", "Session", "iter_statements"]
 
 # stats() counts recent runs among this many newest executions, at most.
 RECENT_RUNS_WINDOW = 200_000
+
+INSERT_CHUNK = 5000
+"""Tasks per ``insert_tasks`` statement: a bulk schedule is one transaction of statements
+this size, so no single parameter grows with the batch."""
 
 
 class SQLStore(QueueOps):
@@ -94,16 +99,29 @@ class SQLStore(QueueOps):
         them were inserted now and are due by ``due_by``."""
         d = self.dialect
         now = d.encode_time(d.approximate_now())
-        params = [encoding.new_task(d, new, now) for new in tasks]
+        stored: dict[int, Task] = {}
+        ids: list[int] = []
+        for start in range(0, len(tasks), INSERT_CHUNK):
+            chunk = tasks[start : start + INSERT_CHUNK]
+            chunk_ids = [int(r["id"]) for r in s.fetch_all("allocate_task_ids", {"n": len(chunk)})]
+            rows = [encoding.task_row(d, new, task_id) for new, task_id in zip(chunk, chunk_ids, strict=True)]
+            batch = json.dumps(rows, separators=(",", ":"))
+            added = s.fetch_all("insert_tasks", {"rows": batch, "now": now})
+            stored.update((t.id, t) for t in map(self._rows.task, added))
+            ids += chunk_ids
         inserted: list[Task] = []
         new_due = 0
-        for new, rows in zip(tasks, s.fetch_many("insert_task", params), strict=True):
-            row = rows[0] if rows else s.fetch_one("live_task_by_key", {"key": new.key})
+        for new, task_id in zip(tasks, ids, strict=True):
+            task = stored.get(task_id)
+            if task is not None:
+                inserted.append(task)
+                new_due += due_by is not None and new.next_run_at <= due_by
+                continue
+            # The key is held: by a live task, or by a task earlier in this batch.
+            row = s.fetch_one("live_task_by_key", {"key": new.key})
             if row is None:  # the key's holder ended between the conflict and the read
                 raise RuntimeError(f"insert of key={new.key!r} conflicted but no live task holds it")
-            task = self._rows.task(row)
-            inserted.append(task if rows else dataclasses.replace(task, existed=True))
-            new_due += bool(rows) and due_by is not None and new.next_run_at <= due_by
+            inserted.append(dataclasses.replace(self._rows.task(row), existed=True))
         notify(d, s, "due")
         return inserted, new_due
 
