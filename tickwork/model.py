@@ -304,6 +304,21 @@ class TaskHeader:
 
 
 @dataclasses.dataclass(frozen=True)
+class Encoded:
+    """Arguments beside the JSON text ``codec.dumps`` made of them when they were checked,
+    so that a store writes that text instead of encoding them again. It keeps the very
+    objects it was made from: a copy of a task given other arguments
+    (``dataclasses.replace``) no longer matches, and is encoded anew."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    text: tuple[str, str]
+
+    def text_of(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str] | None:
+        return self.text if args is self.args and kwargs is self.kwargs else None
+
+
+@dataclasses.dataclass(frozen=True)
 class NewTask:
     """A validated task to insert; the client API builds these, the store only writes."""
 
@@ -338,6 +353,7 @@ class NewTask:
     lock: str | None = None
     max_running: int | None = None
     rate_limit: str | None = None
+    encoded: Encoded | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

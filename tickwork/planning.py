@@ -19,7 +19,7 @@ from tickwork import binding, limits, validate
 from tickwork.codec import check_json, dumps
 from tickwork.cron import CronSchedule, parse_timezone
 from tickwork.errors import InvalidInput, PayloadTooLarge
-from tickwork.model import Kind, Misfire, NewTask, Overlap
+from tickwork.model import Encoded, Kind, Misfire, NewTask, Overlap
 from tickwork.registry import Registry, TaskDef, TaskOptions
 from tickwork.schedules import IntervalSchedule, jitter_offset
 
@@ -93,6 +93,8 @@ class Request:
     until: datetime | None = None
     max_runs: int | None = None
     lock: str | None = None
+    encoded: Encoded | None = None
+    """``args`` and ``kwargs`` with the text that measured them (model.Encoded)."""
 
 
 def check(
@@ -102,7 +104,7 @@ def check(
     arguments are read: payload, arguments against the function's signature, schedule
     form, start, then per-task options). ``bind=False``: ``definition`` is not the
     registered function (an edit in a process that does not register it)."""
-    args, kwargs = payload(given.args, given.kwargs, max_payload)
+    args, kwargs, encoded = payload(given.args, given.kwargs, max_payload)
     if bind:
         binding.check_call(definition, args, kwargs)
     if given.cron is not None and given.every is not None:
@@ -141,6 +143,7 @@ def check(
         until=until,
         max_runs=max_runs,
         lock=limits.lock(given.lock),
+        encoded=encoded,
     )
 
 
@@ -228,6 +231,7 @@ def new_task(request: Request, now: datetime, *, seed: int | None = None) -> New
         lock=request.lock,
         max_running=options.max_running,
         rate_limit=options.rate_limit,
+        encoded=request.encoded,
     )
 
 
@@ -249,7 +253,7 @@ def first_slot(request: Request, now: datetime) -> tuple[Kind, datetime]:
 
 def payload(
     args: Iterable[Any] | None, kwargs: Mapping[str, Any] | None, max_payload: int
-) -> tuple[list[Any], dict[str, Any]]:
+) -> tuple[list[Any], dict[str, Any], Encoded]:
     """The arguments as JSON-ready values, refused when a node could not receive them
     as given or when their encoding exceeds ``max_payload`` bytes."""
     if args is not None and (isinstance(args, (str, bytes, Mapping)) or not isinstance(args, Iterable)):
@@ -260,13 +264,14 @@ def payload(
     kwargs_dict = dict(kwargs or {})
     check_json("args", args_list)
     check_json("kwargs", kwargs_dict)
-    args_size, kwargs_size = len(dumps(args_list).encode()), len(dumps(kwargs_dict).encode())
+    text = dumps(args_list), dumps(kwargs_dict)
+    args_size, kwargs_size = len(text[0].encode()), len(text[1].encode())
     if args_size + kwargs_size > max_payload:
         field = "kwargs" if kwargs_size >= args_size else "args"
         raise PayloadTooLarge(
             field, f"<{args_size + kwargs_size} bytes>", f"payload exceeds max_payload={max_payload} bytes"
         )
-    return args_list, kwargs_dict
+    return args_list, kwargs_dict, Encoded(args_list, kwargs_dict, text)
 
 
 def first_slot_seed(key: str | None) -> int:

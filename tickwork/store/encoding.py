@@ -15,11 +15,13 @@ from tickwork.store.dialect import Dialect
 def task_row(d: Dialect, new: NewTask, task_id: int) -> dict[str, Any]:
     """One row of ``insert_tasks``'s JSON batch, keyed by column. The arguments travel
     as their JSON text, so each store keeps exactly the text ``dumps`` wrote."""
+    text = new.encoded.text_of(new.args, new.kwargs) if new.encoded is not None else None
+    args, kwargs = text if text is not None else (dumps(new.args), dumps(new.kwargs))
     return {
         "id": task_id,
         "name": new.name,
-        "args": dumps(new.args),
-        "kwargs": dumps(new.kwargs),
+        "args": args,
+        "kwargs": kwargs,
         "key": new.key,
         "kind": new.kind.value,
         "cron": new.cron,
