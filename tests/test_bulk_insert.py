@@ -15,8 +15,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tickwork.model import Encoded, Kind, NewTask, Status
-from tickwork.store import Store, open_store
-from tickwork.store import sql as sql_store
+from tickwork.store import Store, inserts, open_store
 
 NAME = "bulk.job"
 
@@ -28,7 +27,7 @@ def new(store: Store, kwargs: dict[str, Any] | None = None, *, key: str | None =
 
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(sql_store, "INSERT_CHUNK", 4)
+    monkeypatch.setattr(inserts, "INSERT_CHUNK", 4)
     yield
 
 

@@ -6,16 +6,14 @@ outcomes) is in ``runs``, rows are decoded by ``rows`` and written by ``encoding
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from tickwork.changes import Edit, SyncWrites
 from tickwork.codec import clean_text
-from tickwork.errors import InvalidInput, QueueFull
+from tickwork.errors import InvalidInput
 from tickwork.model import (
     ErrorInfo,
     Execution,
@@ -29,7 +27,7 @@ from tickwork.model import (
     Task,
     TaskHeader,
 )  # fmt: skip
-from tickwork.store import edits, encoding, insights, retention
+from tickwork.store import edits, encoding, inserts, insights, retention
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
 from tickwork.store.dialect import Dialect, Row, Session, iter_statements, notify
 from tickwork.store.queues import QueueOps
@@ -40,10 +38,6 @@ __all__ = ["Dialect", "Row", "SQLStore", "Session", "iter_statements"]
 
 # stats() counts recent runs among this many newest executions, at most.
 RECENT_RUNS_WINDOW = 200_000
-
-INSERT_CHUNK = 5000
-"""Tasks per ``insert_tasks`` statement: a bulk schedule is one transaction of statements
-this size, so no single parameter grows with the batch."""
 
 
 class SQLStore(QueueOps):
@@ -78,52 +72,7 @@ class SQLStore(QueueOps):
     # -- scheduling ---------------------------------------------------------------
 
     def insert_tasks(self, tasks: Sequence[NewTask], *, max_pending: int | None = None) -> list[Task]:
-        if not tasks:
-            return []
-        with self.dialect.transaction() as s:
-            due_by = self.dialect.approximate_now()
-            inserted, new_due = self._insert(s, tasks, due_by)
-            if max_pending is not None and new_due:
-                # Counted after the insert, in its transaction: only rows really added
-                # (not a key's existing task) count, and a refusal rolls them all back.
-                d = self.dialect
-                params = {"due_by": d.encode_time(due_by), "limit": max_pending + new_due + 1}
-                row = s.fetch_one("due_count", params)
-                depth = 0 if row is None else int(row["n"])
-                if depth > max_pending:
-                    raise QueueFull(max_pending, depth - new_due, new_due)
-            return inserted
-
-    def _insert(self, s: Session, tasks: Sequence[NewTask], due_by: datetime | None = None) -> tuple[list[Task], int]:
-        """The tasks as stored (a key's live task for a duplicate key), and how many of
-        them were inserted now and are due by ``due_by``."""
-        d = self.dialect
-        now = d.encode_time(d.approximate_now())
-        stored: dict[int, Task] = {}
-        ids: list[int] = []
-        for start in range(0, len(tasks), INSERT_CHUNK):
-            chunk = tasks[start : start + INSERT_CHUNK]
-            chunk_ids = [int(r["id"]) for r in s.fetch_all("allocate_task_ids", {"n": len(chunk)})]
-            rows = [encoding.task_row(d, new, task_id) for new, task_id in zip(chunk, chunk_ids, strict=True)]
-            batch = json.dumps(rows, separators=(",", ":"))
-            added = s.fetch_all("insert_tasks", {"rows": batch, "now": now})
-            stored.update((t.id, t) for t in map(self._rows.task, added))
-            ids += chunk_ids
-        inserted: list[Task] = []
-        new_due = 0
-        for new, task_id in zip(tasks, ids, strict=True):
-            task = stored.get(task_id)
-            if task is not None:
-                inserted.append(task)
-                new_due += due_by is not None and new.next_run_at <= due_by
-                continue
-            # The key is held: by a live task, or by a task earlier in this batch.
-            row = s.fetch_one("live_task_by_key", {"key": new.key})
-            if row is None:  # the key's holder ended between the conflict and the read
-                raise RuntimeError(f"insert of key={new.key!r} conflicted but no live task holds it")
-            inserted.append(dataclasses.replace(self._rows.task(row), existed=True))
-        notify(d, s, "due")
-        return inserted, new_due
+        return inserts.insert_tasks(self.dialect, self._rows, tasks, max_pending=max_pending)
 
     def edit_task(self, edit: Edit) -> Task | None:
         return edits.edit_task(self.dialect, self._rows, edit)
@@ -139,7 +88,7 @@ class SQLStore(QueueOps):
         force: bool = False,
     ) -> SyncWrites:
         def insert(s: Session, tasks: Sequence[NewTask]) -> list[Task]:
-            return self._insert(s, tasks)[0] if tasks else []
+            return inserts.insert(self.dialect, self._rows, s, tasks)[0] if tasks else []
 
         return edits.sync_schedules(
             self.dialect, self._rows, insert, (digest, keys, names), plan, dry_run=dry_run, force=force
@@ -276,7 +225,7 @@ class SQLStore(QueueOps):
             rows = s.fetch_all("taken_slots", {"id": task_id, "start": d.encode_time(start), "end": d.encode_time(end)})
             taken = {self._rows.time(r["slot"]) for r in rows}
             fresh = [run for run in runs if run.scheduled_at not in taken]
-            return self._insert(s, fresh)[0] if fresh else []
+            return inserts.insert(self.dialect, self._rows, s, fresh)[0] if fresh else []
 
     def trigger(self, task_id: int) -> Task | None:
         return self._change("trigger_task", task_id, announce="due")
