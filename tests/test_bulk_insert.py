@@ -8,13 +8,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
 
 from tests.conftest import wait_for
-from tickwork.model import Encoded, Kind, NewTask, Status
+from tickwork.model import Encoded, Kind, Misfire, NewTask, OnLost, Overlap, Status
 from tickwork.store import Store, inserts, open_store
 
 NAME = "bulk.job"
@@ -40,6 +40,25 @@ def test_a_batch_of_several_chunks_comes_back_in_order_with_rising_ids(store: St
     assert all(not t.existed and t.status is Status.PENDING for t in stored)
     for task in stored:
         assert store.get_task(task.id) == task
+
+
+def test_what_an_insert_returns_is_what_the_store_reads_back_for_every_option(store: Store) -> None:
+    """The returned tasks are built from what was inserted, not read back: every column
+    set away from its default (times given in another zone) must read back the same."""
+    plus5 = timezone(timedelta(hours=5))
+    at = (store.now() + timedelta(days=1)).astimezone(plus5)
+    full = NewTask(
+        NAME, [1, "two", {"3": [4.5]}], {"k": None}, Kind.RECURRING, at, at + timedelta(seconds=7), key="full",
+        cron="0 9 * * 1-5", timezone="Europe/Berlin", interval=None, misfire=Misfire.SKIP, misfire_grace=12.5,
+        jitter=7.0, timeout=3.25, max_retries=4, retry_backoff=2.5, priority=3, max_catchup=9,
+        overlap=Overlap.REPLACE, parent_id=None, on_lost=OnLost.FAIL, max_runtime=99.0,
+        until=at + timedelta(days=30), max_runs=12, origin="code", declared_at=at - timedelta(hours=1), max_lost=6,
+        queue="reports", lock="db", max_running=2, rate_limit="10/m",
+    )  # fmt: skip
+    every = NewTask(NAME, [], {}, Kind.RECURRING, at, at, interval=0.25)
+    for task in store.insert_tasks([full, every]):
+        assert store.get_task(task.id) == task
+        assert task.scheduled_at.utcoffset() == timedelta(0)
 
 
 def test_a_key_repeated_in_one_batch_stores_its_first_task_only(store: Store, small_chunks: None) -> None:

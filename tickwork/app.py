@@ -264,7 +264,8 @@ class App(NodeMixin):
         requests = planning.check_items(
             self.registry, items, max_payload=self.max_payload, misfire_grace=self.misfire_grace
         )
-        news = [planning.new_task(request, self.store.approximate_now()) for request in requests]
+        now = self.store.approximate_now()
+        news = [planning.new_task(request, now) for request in requests]
         stored = self.store.insert_tasks(news, max_pending=self.max_pending) if news else []
         self.wakeup.set()
         return stored

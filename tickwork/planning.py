@@ -69,6 +69,7 @@ class ScheduleArgs:
 
 
 SCHEDULE_FIELDS = tuple(f.name for f in dataclasses.fields(ScheduleArgs))
+_KNOWN_FIELDS = frozenset(SCHEDULE_FIELDS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,8 +178,8 @@ def check_items(
         if "task" not in fields:
             raise InvalidInput(f"items[{index}].task", None, "missing")
         task = fields.pop("task")
-        unknown = sorted(str(k) for k in fields if k not in SCHEDULE_FIELDS)
-        if unknown:
+        if not _KNOWN_FIELDS.issuperset(fields):
+            unknown = sorted(str(k) for k in fields if k not in _KNOWN_FIELDS)
             raise InvalidInput(
                 f"items[{index}].{unknown[0]}",
                 fields[unknown[0]],
@@ -256,7 +257,11 @@ def payload(
 ) -> tuple[list[Any], dict[str, Any], Encoded]:
     """The arguments as JSON-ready values, refused when a node could not receive them
     as given or when their encoding exceeds ``max_payload`` bytes."""
-    if args is not None and (isinstance(args, (str, bytes, Mapping)) or not isinstance(args, Iterable)):
+    if (
+        args is not None
+        and type(args) is not list
+        and (isinstance(args, (str, bytes, Mapping)) or not isinstance(args, Iterable))
+    ):
         raise InvalidInput("args", args, "must be a list of JSON values")
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise InvalidInput("kwargs", kwargs, "must be a mapping of names to JSON values")
@@ -265,7 +270,7 @@ def payload(
     check_json("args", args_list)
     check_json("kwargs", kwargs_dict)
     text = dumps(args_list), dumps(kwargs_dict)
-    args_size, kwargs_size = len(text[0].encode()), len(text[1].encode())
+    args_size, kwargs_size = len(text[0]), len(text[1])  # dumps escapes all but ASCII: a byte a character
     if args_size + kwargs_size > max_payload:
         field = "kwargs" if kwargs_size >= args_size else "args"
         raise PayloadTooLarge(

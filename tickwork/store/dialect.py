@@ -34,6 +34,13 @@ class Session(Protocol):
 
     def execute(self, query: str, params: Mapping[str, Any]) -> int: ...
 
+    def insert_rows(self, query: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert ``rows`` (JSON-ready values keyed by column) with ``query``, the cheapest
+        way the store takes many: PostgreSQL as one statement over one JSON array (the
+        server unpacks it faster than a driver sends a statement per row), SQLite one
+        statement per row (in-process: a loop costs no round trips)."""
+        ...
+
 
 class HotPath(Protocol):
     """How a dialect writes claims, renewals and outcomes (db-scheduler's

@@ -12,9 +12,10 @@ from tickwork.model import Claim, ErrorInfo, ExecutionStatus, NewTask, Outcome, 
 from tickwork.store.dialect import Dialect
 
 
-def task_row(d: Dialect, new: NewTask, task_id: int) -> dict[str, Any]:
-    """One row of ``insert_tasks``'s JSON batch, keyed by column. The arguments travel
-    as their JSON text, so each store keeps exactly the text ``dumps`` wrote."""
+def task_row(d: Dialect, new: NewTask, task_id: int, now: datetime) -> dict[str, Any]:
+    """One row of ``insert_tasks``, keyed by column, in values JSON can carry (``now``:
+    the insert's time). The arguments travel as their JSON text, so each store keeps
+    exactly the text ``dumps`` wrote."""
     text = new.encoded.text_of(new.args, new.kwargs) if new.encoded is not None else None
     args, kwargs = text if text is not None else (dumps(new.args), dumps(new.kwargs))
     return {
@@ -50,6 +51,7 @@ def task_row(d: Dialect, new: NewTask, task_id: int) -> dict[str, Any]:
         "lock": new.lock,
         "max_running": new.max_running,
         "rate_limit": new.rate_limit,
+        "created_at": _json_time(d, now),
     }
 
 

@@ -9,6 +9,7 @@ or one statement over arrays).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import threading
@@ -163,6 +164,9 @@ class _Session:
     def execute(self, query: str, params: Mapping[str, Any]) -> int:
         self._cur.execute(self._texts[query], params)
         return self._cur.rowcount
+
+    def insert_rows(self, query: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._cur.execute(self._texts[query], {"rows": json.dumps(rows, separators=(",", ":"))})
 
 
 class PostgresDialect:

@@ -337,18 +337,17 @@ SELECT key FROM unnest(:keys::text[]) AS k(key) WHERE pg_try_advisory_xact_lock(
 SELECT now() AS now;
 
 -- name: allocate_task_ids
--- Ids for the tasks one insert_tasks adds, taken before the insert so that each stored
--- row is matched to the task it came from by id (RETURNING promises no order). A task
--- whose key turns out to be held burns its id, as a conflicting insert always has.
+-- Ids for the tasks one insert_tasks adds, taken before the insert so that the caller
+-- knows which row is which task (tickwork/store/inserts.py). A task whose key turns out
+-- to be held burns its id, as a conflicting insert always has.
 SELECT nextval(pg_get_serial_sequence('tickwork_tasks', 'id')) AS id FROM generate_series(1, :n) ORDER BY 1;
 
 -- name: insert_tasks
--- Insert many tasks in one statement: the batch arrives as one JSON array of rows keyed
--- by column (tickwork.store.encoding.task_row), which the server unpacks faster than a
--- driver sends a statement per row. Rows go in by key, then id: of two tasks in one
--- batch with the same key the first is stored, and two batches sharing keys wait on
--- each other's keys in one order, never in a cycle. A key a live task already holds
--- inserts nothing (the caller reads that task).
+-- Many tasks in one statement, from one JSON array of rows keyed by column
+-- (encoding.task_row; json, not jsonb: unpacked once, never stored, it parses faster).
+-- Rows go in by key, then id: of two tasks in one batch with the same key the first is
+-- stored, and two writers sharing keys wait on each other's keys in one order, never
+-- in a cycle. A key a live task already holds inserts nothing.
 INSERT INTO tickwork_tasks (
     id, name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
     next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
@@ -360,15 +359,19 @@ SELECT
     r.scheduled_at, r.next_run_at, 'PENDING', r.misfire, r.misfire_grace, r.jitter, r.timeout, r.max_retries,
     r.retry_backoff, r.priority, r.max_catchup, r.overlap, r.parent_id, r.on_lost, r.max_runtime,
     r.until_at, r.max_runs, r.origin, r.declared_at, r.max_lost, r.queue, r.lock, r.max_running, r.rate_limit,
-    :now, :now
-FROM jsonb_to_recordset(:rows::jsonb) AS r(
+    r.created_at, r.created_at
+FROM json_to_recordset(:rows::json) AS r(
     id bigint, name text, args text, kwargs text, key text, kind text, cron text, timezone text,
     interval_seconds double precision, scheduled_at timestamptz, next_run_at timestamptz, misfire text,
     misfire_grace double precision, jitter double precision, timeout double precision, max_retries integer,
     retry_backoff double precision, priority integer, max_catchup integer, overlap text, parent_id bigint,
     on_lost text, max_runtime double precision, until_at timestamptz, max_runs integer, origin text,
-    declared_at timestamptz, max_lost integer, queue text, lock text, max_running integer, rate_limit text)
+    declared_at timestamptz, max_lost integer, queue text, lock text, max_running integer, rate_limit text,
+    created_at timestamptz)
 ORDER BY r.key, r.id
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
-DO NOTHING
-RETURNING *;
+DO NOTHING;
+
+-- name: inserted_task_ids
+-- Which of an insert_tasks batch's ids were inserted (the others' keys were held).
+SELECT id FROM tickwork_tasks WHERE id = ANY(:ids);

@@ -51,6 +51,9 @@ class _Session:
     def execute(self, query: str, params: Mapping[str, Any]) -> int:
         return self._conn.execute(self._texts[query], params).rowcount
 
+    def insert_rows(self, query: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._conn.executemany(self._texts[query], rows)
+
 
 class SQLiteDialect:
     notifies = False

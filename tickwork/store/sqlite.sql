@@ -84,30 +84,23 @@ WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :n)
 SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tickwork_tasks'), 0) + i AS id FROM n ORDER BY 1;
 
 -- name: insert_tasks
--- Insert many tasks in one statement, from one JSON array of rows keyed by column (see
--- postgres.sql). "WHERE true" keeps SQLite's parser from reading ON CONFLICT as a join's ON.
+-- One task of a batch (Session.insert_rows runs it once per row, in order): a key a live
+-- task already holds, or an earlier task of the batch, inserts nothing.
 INSERT INTO tickwork_tasks (
     id, name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
     next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
     retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
     until_at, max_runs, origin, declared_at, max_lost, queue, lock, max_running, rate_limit,
     created_at, updated_at)
-SELECT
-    json_extract(value, '$.id'), json_extract(value, '$.name'), json_extract(value, '$.args'),
-    json_extract(value, '$.kwargs'), json_extract(value, '$.key'), json_extract(value, '$.kind'),
-    json_extract(value, '$.cron'), json_extract(value, '$.timezone'), json_extract(value, '$.interval_seconds'),
-    json_extract(value, '$.scheduled_at'), json_extract(value, '$.next_run_at'), 'PENDING',
-    json_extract(value, '$.misfire'), json_extract(value, '$.misfire_grace'), json_extract(value, '$.jitter'),
-    json_extract(value, '$.timeout'), json_extract(value, '$.max_retries'), json_extract(value, '$.retry_backoff'),
-    json_extract(value, '$.priority'), json_extract(value, '$.max_catchup'), json_extract(value, '$.overlap'),
-    json_extract(value, '$.parent_id'), json_extract(value, '$.on_lost'), json_extract(value, '$.max_runtime'),
-    json_extract(value, '$.until_at'), json_extract(value, '$.max_runs'), json_extract(value, '$.origin'),
-    json_extract(value, '$.declared_at'), json_extract(value, '$.max_lost'), json_extract(value, '$.queue'),
-    json_extract(value, '$.lock'), json_extract(value, '$.max_running'), json_extract(value, '$.rate_limit'),
-    :now, :now
-FROM json_each(:rows)
-WHERE true
-ORDER BY json_extract(value, '$.id')
+VALUES (
+    :id, :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval_seconds, :scheduled_at,
+    :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
+    :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :max_runtime,
+    :until_at, :max_runs, :origin, :declared_at, :max_lost, :queue, :lock, :max_running, :rate_limit,
+    :created_at, :created_at)
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
-DO NOTHING
-RETURNING *;
+DO NOTHING;
+
+-- name: inserted_task_ids
+-- Which of an insert_tasks batch's ids were inserted (the others' keys were held).
+SELECT id FROM tickwork_tasks WHERE id IN (SELECT value FROM json_each(:ids));
