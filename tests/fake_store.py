@@ -310,6 +310,21 @@ class FakeStore:
             rate_limit=new.rate_limit,
         )
 
+    def upcoming_due(
+        self, names: Sequence[str], queues: Sequence[str] | None = None, ahead: int = 64
+    ) -> list[datetime]:
+        wanted = set(names)
+        with self._lock:
+            due = [
+                self._may_start_at(t)
+                for t in self._tasks.values()
+                if t.status is Status.PENDING
+                and t.name in wanted
+                and (queues is None or t.queue in queues)
+                and not self._paused(t.queue)
+            ]
+        return sorted(due)[:ahead]
+
     def next_due_at(self, names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
         wanted = set(names)
         with self._lock:

@@ -4,7 +4,6 @@ Every input is checked before the store is touched, so a refused call leaves not
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
@@ -22,6 +21,7 @@ from tickwork.node.redis_locks import RedisMode
 from tickwork.registry import Isolation, Registry, TaskOptions
 from tickwork.store import Store
 from tickwork.store.queues import QueueInfo
+from tickwork.wakeup import Wakeup
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,7 +77,7 @@ class App(NodeMixin):
         self.clock = clock
         self.registry = Registry()
         self.events = Events(webhook_url, webhook_secret)
-        self.wakeup = threading.Event()
+        self.wakeup = Wakeup()
         """Set when this process schedules or triggers something, to wake a local node."""
         self._store = LazyStore(url)
         self.declarations = Declarations()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -22,6 +21,7 @@ from tickwork.errors import EditConflict, InvalidInput, TaskNotFound
 from tickwork.model import Kind, NewTask, Task
 from tickwork.registry import Registry
 from tickwork.store import Store
+from tickwork.wakeup import Wakeup
 
 F = TypeVar("F", bound=Callable[..., Any])
 EDIT_ATTEMPTS = 5
@@ -33,7 +33,7 @@ class EditsMixin:
 
     registry: Registry
     declarations: Declarations
-    wakeup: threading.Event
+    wakeup: Wakeup
     max_payload: int
     misfire_grace: float
 

@@ -28,6 +28,9 @@ CLOCK_MARGIN = timedelta(seconds=1)
 MAX_ERROR_PAUSE_S = 1.0
 """Longest pause between failing claims: a node resumes within about this much of the
 store answering again (each failing try is one connection attempt, cheap for a server)."""
+UPCOMING = 64
+"""Due times one read of ``upcoming_due`` returns: how many due instants a node sleeps
+through, one after another, before it asks again."""
 FAILURE_LOG_EVERY = 30
 """While claims keep failing, one log line per this many failures after the first."""
 # How far this node's estimate of the store's clock may be off (half a round trip).
@@ -67,6 +70,8 @@ class Claimer:
         self.locked_elsewhere: dict[int, float] = {}  # task id -> monotonic time to try it again
         self.failures = 0
         self._failing_since = 0.0
+        self._upcoming: list[datetime] = []  # due times still ahead, earliest first (sleep_for)
+        self._upcoming_read = float("-inf")
 
     def claim(self, free: int) -> Round | None:
         """Claim up to ``free`` due tasks; None when the store failed (the caller pauses
@@ -162,21 +167,47 @@ class Claimer:
 
         A task that was already due when a claim that left slots idle was made was passed
         over by that claim: another node is claiming it, or a session outside tickwork
-        holds its row locked. Asking again at once would only spin on it: wait for the
-        poll interval (new work, a NOTIFY or a finished run still wakes us)."""
+        holds its row locked. Waking for it again at once would only spin on it: the
+        sleep runs to the next due time after that claim, or the poll interval (new
+        work, a NOTIFY or a finished run still wakes us).
+
+        The due times come from ``upcoming``: read once, slept through one after another,
+        read again once they run out, once a poll interval has passed (what other
+        processes add to SQLite, which cannot notify, is found that late at worst, as
+        before) or once ``forget_upcoming`` says they may be stale."""
         cap = self.settings.poll_interval
         if idle_slots <= 0:
             return cap  # a finishing run wakes us
         try:
-            due = self.store.next_due_at(self.names, self.queues)
-            if due is None or (claimed_at is not None and due <= claimed_at):
-                return cap
-            wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))
-            if wait == 0.0 and self.locked_elsewhere:
-                # The due task may be one left out as locked elsewhere: retry when it may
-                # be free (new work still wakes us), rather than spin on it.
-                wait = min(cap, max(0.0, min(self.locked_elsewhere.values()) - self.clock()))
-            return wait
+            due = self._next_due(claimed_at)
         except Exception:
             log.exception("next_due_at failed")
             return cap
+        if due is None:
+            return cap
+        wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))
+        if wait == 0.0 and self.locked_elsewhere:
+            # The due task may be one left out as locked elsewhere: retry when it may
+            # be free (new work still wakes us), rather than spin on it.
+            wait = min(cap, max(0.0, min(self.locked_elsewhere.values()) - self.clock()))
+        return wait
+
+    def forget_upcoming(self) -> None:
+        """What is due may have changed (a NOTIFY, work scheduled here, runs given back or
+        recovered): the next sleep asks the store again."""
+        self._upcoming = []
+
+    def _next_due(self, claimed_at: datetime | None) -> datetime | None:
+        """The first due time later than ``claimed_at`` (any, when None): from the due
+        times read last, unless none is left or they are a poll interval old."""
+        if self.clock() - self._upcoming_read <= self.settings.poll_interval:
+            due = self._first_after(claimed_at)
+            if due is not None:
+                return due
+        self._upcoming = self.store.upcoming_due(self.names, self.queues, UPCOMING)
+        self._upcoming_read = self.clock()
+        return self._first_after(claimed_at)
+
+    def _first_after(self, claimed_at: datetime | None) -> datetime | None:
+        self._upcoming = [t for t in self._upcoming if claimed_at is None or t > claimed_at]
+        return self._upcoming[0] if self._upcoming else None

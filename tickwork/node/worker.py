@@ -52,6 +52,7 @@ from tickwork.node.slots import Prefetch, RunTable, RunThreads
 from tickwork.node.stats import NO_STATS, NodeStats
 from tickwork.registry import Isolation, Registry
 from tickwork.store.base import Store
+from tickwork.wakeup import Wakeup
 
 log = logging.getLogger("tickwork.worker")
 
@@ -90,7 +91,7 @@ class Worker:
         settings: NodeSettings,
         *,
         events: Events | None = None,
-        wakeup: threading.Event | None = None,
+        wakeup: Wakeup | None = None,
         locks: NodeLocks | None = None,
         concurrency: int = 8,
         prefetch: int | None = None,
@@ -107,7 +108,7 @@ class Worker:
         self.concurrency = autoscaler.minimum if autoscaler is not None else concurrency
         self.store, self.registry, self.settings, self.locks = store, registry, settings, locks
         self.events = events if events is not None else Events(None, None)
-        self.wakeup = wakeup if wakeup is not None else threading.Event()
+        self.wakeup = wakeup if wakeup is not None else Wakeup()
         """Set to wake the poll loop: work scheduled in this process, a slot freed, a stop."""
         self.stats, self.clock = stats, clock
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -128,7 +129,7 @@ class Worker:
         self.runner = Runner(
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
-            monitor_wake=self.leases.wake, on_forget=self.wakeup.set, clock=clock,
+            monitor_wake=self.leases.wake, on_forget=self.wakeup.slot_freed, clock=clock,
             unowned_after=settings.lease * LEASE_SAFETY,
         )  # fmt: skip
         self.reconciler = ReconcilerLoop(
@@ -258,8 +259,8 @@ class Worker:
         return self.claimer.sleep_for(free - got.claimed, got.asked_at), True
 
     def _wait(self, seconds: float) -> None:
-        self.wakeup.wait(seconds)
-        self.wakeup.clear()
+        if self.wakeup.wait(seconds):
+            self.claimer.forget_upcoming()
 
     def _check_threads(self) -> None:
         if self._failed is not None:

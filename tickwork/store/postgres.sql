@@ -78,6 +78,31 @@ SELECT
          ORDER BY next_run_at, id LIMIT 64) AS c
      LEFT JOIN tickwork_limits l ON l.key = 'rate:' || c.name) AS lane;
 
+-- name: upcoming_due
+-- next_due_at's times, up to :ahead of them, earliest first: each served queue's first
+-- :ahead plain tasks, and the lane's earliest (as in next_due_at). A node sleeps from
+-- one to the next without asking again (tickwork/node/claims.py).
+WITH RECURSIVE {{served_queues}}
+SELECT u.at FROM (
+    SELECT c.next_run_at AS at FROM served_queues q CROSS JOIN LATERAL (
+        SELECT next_run_at FROM tickwork_tasks
+        WHERE queue = q.queue AND status = 'PENDING' AND priority = 0
+          AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL AND name = ANY(:names)
+        ORDER BY next_run_at, id LIMIT :ahead) AS c
+    UNION ALL
+    SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > c.next_run_at THEN l.tat ELSE c.next_run_at END)
+    FROM lane_priorities p CROSS JOIN LATERAL (
+        SELECT name, next_run_at FROM tickwork_tasks
+        WHERE priority = p.priority AND status = 'PENDING'
+          AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+          AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues))
+          AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+        ORDER BY next_run_at, id LIMIT 64) AS c
+    LEFT JOIN tickwork_limits l ON l.key = 'rate:' || c.name
+) AS u
+WHERE u.at IS NOT NULL
+ORDER BY u.at LIMIT :ahead;
+
 -- name: claim_candidates
 -- Due plain tasks this node can run, the oldest first: each queue's first :limit, then
 -- the best :limit of those.

@@ -102,6 +102,14 @@ class SQLStore(QueueOps):
         found = [t for t in (self.dialect.decode_time(row["plain"]), self.dialect.decode_time(row["lane"])) if t]
         return min(found, default=None)
 
+    def upcoming_due(
+        self, names: Sequence[str], queues: Sequence[str] | None = None, ahead: int = 64
+    ) -> list[datetime]:
+        params = {"names": self.dialect.encode_names(names), "ahead": ahead, **queue_params(self.dialect, queues)}
+        with self.dialect.reader() as s:
+            rows = s.fetch_all("upcoming_due", params)
+        return [self._rows.time(r["at"]) for r in rows]
+
     # -- claims and leases (runs.py) ------------------------------------------------
 
     def claim(

@@ -1,0 +1,123 @@
+"""How a node sleeps between claims (``Claimer.sleep_for``): from due times read once and
+slept through one after another, asked again only when they run out, grow a poll
+interval old, or may be stale (``forget_upcoming``, which the poll loop calls whenever
+anything but a freed slot wakes it). Driven clock, in-memory store."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.driven_clock import DrivenClock
+from tests.fake_store import FakeStore
+from tickwork.model import Kind
+from tickwork.node.claims import Claimer
+from tickwork.node.health import StoreHealth
+from tickwork.node.settings import NodeSettings
+from tickwork.store.base import NewTask
+from tickwork.wakeup import Wakeup
+
+POLL = 5.0
+
+
+class CountingStore(FakeStore):
+    def __init__(self, clock: DrivenClock) -> None:
+        super().__init__(clock=clock.now)
+        self.reads = 0
+
+    def upcoming_due(self, *args: Any, **kwargs: Any) -> list[datetime]:
+        self.reads += 1
+        return super().upcoming_due(*args, **kwargs)
+
+
+@pytest.fixture
+def clock() -> DrivenClock:
+    return DrivenClock()
+
+
+@pytest.fixture
+def store(clock: DrivenClock) -> CountingStore:
+    return CountingStore(clock)
+
+
+@pytest.fixture
+def claimer(store: CountingStore, clock: DrivenClock) -> Claimer:
+    settings = NodeSettings(poll_interval=POLL)
+    return Claimer(store, "n1", ["t.job"], settings, StoreHealth(30.0, clock.monotonic), clock=clock.monotonic)
+
+
+def due_in(store: FakeStore, clock: DrivenClock, *seconds: float) -> None:
+    tasks = []
+    for s in seconds:
+        at = clock.now() + timedelta(seconds=s)
+        tasks.append(NewTask(name="t.job", args=[], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=at, next_run_at=at))
+    store.insert_tasks(tasks)
+
+
+def test_due_instants_are_slept_through_from_one_read(
+    claimer: Claimer, store: CountingStore, clock: DrivenClock
+) -> None:
+    due_in(store, clock, 1.0, 2.0, 3.0)
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(1.0)
+    for expected in (1.0, 1.0):
+        clock.advance(1.0)  # the claim at that instant took its task (or another node did)
+        assert claimer.sleep_for(4, clock.now()) == pytest.approx(expected)
+    assert store.reads == 1
+
+
+def test_a_time_at_or_before_the_claim_is_passed_over_not_spun_on(
+    claimer: Claimer, store: CountingStore, clock: DrivenClock
+) -> None:
+    due_in(store, clock, -1.0, 2.0)  # the first was due and the claim did not get it: held elsewhere
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(2.0)
+
+
+def test_the_times_are_read_again_when_they_run_out(claimer: Claimer, store: CountingStore, clock: DrivenClock) -> None:
+    due_in(store, clock, 1.0)
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(1.0)
+    due_in(store, clock, 3.0)  # added by another process, unannounced
+    clock.advance(1.0)
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(2.0)
+    assert store.reads == 2
+
+
+def test_the_times_are_read_again_after_a_poll_interval(
+    claimer: Claimer, store: CountingStore, clock: DrivenClock
+) -> None:
+    due_in(store, clock, 1.0, 30.0)
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(1.0)
+    clock.advance(1.0)
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(POLL)  # the cap
+    due_in(store, clock, 8.0)  # unannounced: found once the times are a poll interval old
+    clock.advance(POLL)
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(3.0)
+    assert store.reads == 2
+
+
+def test_forgetting_the_times_reads_them_again(claimer: Claimer, store: CountingStore, clock: DrivenClock) -> None:
+    due_in(store, clock, 3.0)
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(3.0)
+    due_in(store, clock, 0.5)  # scheduled here, or announced by a NOTIFY
+    claimer.forget_upcoming()
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(0.5)
+    assert store.reads == 2
+
+
+def test_a_full_node_sleeps_the_poll_interval_without_asking(
+    claimer: Claimer, store: CountingStore, clock: DrivenClock
+) -> None:
+    due_in(store, clock, 0.1)
+    assert claimer.sleep_for(0, clock.now()) == POLL
+    assert store.reads == 0
+
+
+def test_the_alarm_tells_a_freed_slot_from_news() -> None:
+    alarm = Wakeup()
+    alarm.slot_freed()
+    assert alarm.wait(0) is False  # rang, but nothing new is due because of it
+    alarm.slot_freed()
+    alarm.set()
+    assert alarm.wait(0) is True
+    assert alarm.wait(0) is False  # reset by the wait
