@@ -326,17 +326,8 @@ class FakeStore:
         return sorted(due)[:ahead]
 
     def next_due_at(self, names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
-        wanted = set(names)
-        with self._lock:
-            due = [
-                self._may_start_at(t)
-                for t in self._tasks.values()
-                if t.status is Status.PENDING
-                and t.name in wanted
-                and (queues is None or t.queue in queues)
-                and not self._paused(t.queue)
-            ]
-        return min(due, default=None)
+        first = self.upcoming_due(names, queues, 1)
+        return first[0] if first else None
 
     def _may_start_at(self, task: Task) -> datetime:
         """Its dispatch time, or its rate's next allowed start if later (next_due_at)."""

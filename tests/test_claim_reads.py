@@ -24,7 +24,7 @@ from tickwork.store.runs import queue_params
 
 NAME = "reads.job"
 BACKLOG = 5_000
-STATEMENTS = ["claim_candidates", "lane_candidates", "next_due_at"]
+STATEMENTS = ["claim_candidates", "lane_candidates", "upcoming_due"]
 
 
 def new(store: Store, offset: float, **fields: Any) -> NewTask:
@@ -65,6 +65,7 @@ def params(store: Store, queues: list[str] | None = None) -> dict[str, Any]:
         "exclude": d.encode_ids([]),
         "limit": 32,
         "scan": SCAN,
+        "ahead": 1,  # next_due_at's: a node's 64 read future tasks on purpose, 64 at most
         "due_by": d.encode_time(now),
         **queue_params(d, ["default"] if queues is None else queues),
     }

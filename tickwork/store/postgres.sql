@@ -55,33 +55,13 @@ SELECT COUNT(*) AS n FROM (
     LIMIT :limit
 ) AS due;
 
--- name: next_due_at
--- The earliest dispatch time among the tasks this node can run: "plain", the first
--- entry of each of its queues, and "lane", a rate's next allowed start if later than the
--- dispatch time (one held back by a full lock or max_running counts as due), over the
--- first 64 of each lane priority: a sleep hint, capped by poll_interval, bounded
--- however long the lane.
-WITH RECURSIVE {{served_queues}}
-SELECT
-    (SELECT MIN(c.next_run_at) FROM served_queues q CROSS JOIN LATERAL (
-         SELECT next_run_at FROM tickwork_tasks
-         WHERE queue = q.queue AND status = 'PENDING' AND priority = 0
-           AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL AND name = ANY(:names)
-         ORDER BY next_run_at, id LIMIT 1) AS c) AS plain,
-    (SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > c.next_run_at THEN l.tat ELSE c.next_run_at END)
-     FROM lane_priorities p CROSS JOIN LATERAL (
-         SELECT name, next_run_at FROM tickwork_tasks
-         WHERE priority = p.priority AND status = 'PENDING'
-           AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
-           AND name = ANY(:names) AND (:all_queues OR queue = ANY(:queues))
-           AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-         ORDER BY next_run_at, id LIMIT 64) AS c
-     LEFT JOIN tickwork_limits l ON l.key = 'rate:' || c.name) AS lane;
-
 -- name: upcoming_due
--- next_due_at's times, up to :ahead of them, earliest first: each served queue's first
--- :ahead plain tasks, and the lane's earliest (as in next_due_at). A node sleeps from
--- one to the next without asking again (tickwork/node/claims.py).
+-- The next :ahead dispatch times among the tasks this node can run, earliest first:
+-- each served queue's first :ahead plain tasks, and the lane's earliest, a rate's next
+-- allowed start if later than the dispatch time (one held back by a full lock or
+-- max_running counts as due), over the first 64 of each lane priority. Sleep hints,
+-- capped by poll_interval: a node sleeps from one to the next without asking again
+-- (tickwork/node/claims.py); next_due_at is the first.
 WITH RECURSIVE {{served_queues}}
 SELECT u.at FROM (
     SELECT c.next_run_at AS at FROM served_queues q CROSS JOIN LATERAL (

@@ -95,12 +95,8 @@ class SQLStore(QueueOps):
         )
 
     def next_due_at(self, names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
-        params = {"names": self.dialect.encode_names(names), **queue_params(self.dialect, queues)}
-        with self.dialect.reader() as s:
-            row = s.fetch_one("next_due_at", params)
-        assert row is not None
-        found = [t for t in (self.dialect.decode_time(row["plain"]), self.dialect.decode_time(row["lane"])) if t]
-        return min(found, default=None)
+        first = self.upcoming_due(names, queues, 1)
+        return first[0] if first else None
 
     def upcoming_due(
         self, names: Sequence[str], queues: Sequence[str] | None = None, ahead: int = 64

@@ -55,27 +55,6 @@ FROM lane_priorities p JOIN tickwork_tasks t ON t.id IN (
 ORDER BY t.priority DESC, t.next_run_at, t.id
 LIMIT :scan;
 
--- name: next_due_at
--- postgres.sql's, with correlated subqueries for LATERAL.
-WITH RECURSIVE {{served_queues}}
-SELECT
-    (SELECT MIN(t.next_run_at) FROM served_queues q JOIN tickwork_tasks t ON t.id = (
-         SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_plain
-         WHERE i.queue = q.queue AND i.status = 'PENDING' AND i.priority = 0
-           AND i.lock IS NULL AND i.max_running IS NULL AND i.rate_limit IS NULL
-           AND i.name IN (SELECT value FROM json_each(:names))
-         ORDER BY i.next_run_at, i.id LIMIT 1)) AS plain,
-    (SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > t.next_run_at THEN l.tat ELSE t.next_run_at END)
-     FROM lane_priorities p JOIN tickwork_tasks t ON t.id IN (
-         SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_lane
-         WHERE i.priority = p.priority AND i.status = 'PENDING'
-           AND (i.priority <> 0 OR i.lock IS NOT NULL OR i.max_running IS NOT NULL OR i.rate_limit IS NOT NULL)
-           AND i.name IN (SELECT value FROM json_each(:names))
-           AND (:all_queues OR i.queue IN (SELECT value FROM json_each(:queues)))
-           AND i.queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-         ORDER BY i.next_run_at, i.id LIMIT 64)
-     LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name) AS lane;
-
 -- name: upcoming_due
 -- postgres.sql's, with correlated subqueries for LATERAL.
 WITH RECURSIVE {{served_queues}}
