@@ -566,3 +566,28 @@ def test_base_exceptions_from_task_code_end_the_run_failed_and_free_the_slot(app
             assert execution.error is not None and execution.error.type == type(error).__qualname__
     finally:
         node.stop()  # a graceful stop returns: no run is left behind
+
+
+def test_a_recurring_tasks_next_slot_is_not_slept_past_while_other_due_times_are_known(sqlite_url: str) -> None:
+    """The node sleeps through the due times it read; a result that makes its task due
+    again (a recurring task's next slot) must wake it, not wait out a 30 s poll
+    interval behind a far-off due time it already knew."""
+    app = App(sqlite_url, poll_interval=30.0, heartbeat=0.1)
+    runs: list[float] = []
+
+    @app.task(name="t.tick")
+    def tick(ctx: Context) -> None:
+        runs.append(time.monotonic())
+
+    @app.task(name="t.later")
+    def later(ctx: Context) -> None:
+        pass
+
+    app.schedule("t.later", delay=3600)  # a due time the node holds and sleeps toward
+    node = Node(app)
+    try:
+        app.schedule("t.tick", every=0.2)
+        wait_for(lambda: len(runs) >= 4, timeout=10)  # within one poll interval, not four
+    finally:
+        node.stop()
+        app.close()

@@ -4,7 +4,8 @@ A finished run frees a slot and wakes the poll loop, so that a node at full capa
 claims again at once. But a node whose last claim left slots idle already knows when its
 next task is due (``Claimer.sleep_for``'s due times): waking for a freed slot must not
 make it ask the store again. Everything else that rings the alarm (work scheduled in
-this process, a NOTIFY, runs recovered or given back, a stop) may mean new due times.
+this process, a NOTIFY, runs recovered or given back, a result that leaves its task
+PENDING again, a stop) may mean new due times.
 """
 
 from __future__ import annotations

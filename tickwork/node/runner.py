@@ -18,7 +18,7 @@ from datetime import datetime
 from tickwork.clock import utcnow
 from tickwork.context import Context
 from tickwork.events import Events, for_outcome
-from tickwork.model import ErrorInfo, ExecutionStatus, Outcome, Overlap
+from tickwork.model import ErrorInfo, ExecutionStatus, Outcome, Overlap, Status
 from tickwork.node.executor import Executor
 from tickwork.node.outcomes import RunResult, cancelled_result, outcome_for
 from tickwork.node.recorder import Recorder
@@ -49,6 +49,7 @@ class Runner:
         locks: NodeLocks | None = None,
         monitor_wake: threading.Event | None = None,
         on_forget: Callable[[], None] = lambda: None,
+        on_due_again: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         unowned_after: float | None = None,
     ) -> None:
@@ -57,6 +58,10 @@ class Runner:
         self.stats, self.events, self.renew, self.locks = stats, events, renew, locks
         self.monitor_wake = monitor_wake if monitor_wake is not None else threading.Event()
         self.on_forget = on_forget
+        self.on_due_again = on_due_again
+        """Rung when a recorded result leaves its task PENDING again (a recurring task's
+        next slot, a retry): a due time the poll loop's read of due times cannot hold,
+        since the task was RUNNING when it was read."""
         self.clock = clock
         self.unowned_after = unowned_after
         """Seconds after its last confirmed renewal from which a run is not started: the
@@ -199,6 +204,8 @@ class Runner:
         for run in runs:
             run.advance(RunState.DONE)
         self.forget(runs)
+        if any(applied and outcome.task_status is Status.PENDING for _, outcome, applied in results):
+            self.on_due_again()
         events = self.events
         for run, outcome, applied in results:
             if applied:  # a stale write (False) and one never written (None): the recorder told
