@@ -56,7 +56,8 @@ def test_what_an_insert_returns_is_what_the_store_reads_back_for_every_option(st
         queue="reports", lock="db", max_running=2, rate_limit="10/m",
     )  # fmt: skip
     every = NewTask(NAME, [], {}, Kind.RECURRING, at, at, interval=0.25)
-    for task in store.insert_tasks([full, every]):
+    alone = store.insert_tasks([dataclasses.replace(full, key="alone")])  # schedule()'s one-statement path
+    for task in [*store.insert_tasks([full, every]), *alone]:
         assert store.get_task(task.id) == task
         assert task.scheduled_at.utcoffset() == timedelta(0)
 
@@ -73,6 +74,8 @@ def test_a_key_repeated_in_one_batch_stores_its_first_task_only(store: Store, sm
 
 def test_a_key_a_live_task_holds_returns_that_task(store: Store) -> None:
     [held] = store.insert_tasks([new(store, {"n": 1}, key="k")])
+    [again] = store.insert_tasks([new(store, {"n": 2}, key="k")])  # alone, as schedule() inserts
+    assert again.existed and again.id == held.id and again.kwargs == {"n": 1}
     before, after = new(store, {"n": 2}), new(store, {"n": 3})
     got = store.insert_tasks([before, new(store, {"n": 9}, key="k"), after])
     assert [t.existed for t in got] == [False, True, False]

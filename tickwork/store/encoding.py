@@ -12,7 +12,7 @@ from tickwork.model import Claim, ErrorInfo, ExecutionStatus, NewTask, Outcome, 
 from tickwork.store.dialect import Dialect
 
 
-def task_row(d: Dialect, new: NewTask, task_id: int, now: datetime) -> dict[str, Any]:
+def task_row(d: Dialect, new: NewTask, task_id: int | None, now: datetime) -> dict[str, Any]:
     """One row of ``insert_tasks``, keyed by column, in values JSON can carry (``now``:
     the insert's time). The arguments travel as their JSON text, so each store keeps
     exactly the text ``dumps`` wrote."""

@@ -51,16 +51,7 @@ def insert(
     """The tasks as stored (a key's live task for a duplicate key), and how many of
     them were inserted now and are due by ``due_by``."""
     now = d.approximate_now()
-    ids: list[int] = []
-    inserted_ids: set[int] = set()
-    for start in range(0, len(tasks), INSERT_CHUNK):
-        chunk = tasks[start : start + INSERT_CHUNK]
-        chunk_ids = [int(r["id"]) for r in s.fetch_all("allocate_task_ids", {"n": len(chunk)})]
-        s.insert_rows(
-            "insert_tasks", [encoding.task_row(d, new, i, now) for new, i in zip(chunk, chunk_ids, strict=True)]
-        )
-        inserted_ids.update(int(r["id"]) for r in s.fetch_all("inserted_task_ids", {"ids": d.encode_ids(chunk_ids)}))
-        ids += chunk_ids
+    ids, inserted_ids = _one(d, s, tasks[0], now) if len(tasks) == 1 else _many(d, s, tasks, now)
     stored: list[Task] = []
     new_due = 0
     for new, task_id in zip(tasks, ids, strict=True):
@@ -75,6 +66,27 @@ def insert(
         stored.append(dataclasses.replace(rows.task(row), existed=True))
     notify(d, s, "due")
     return stored, new_due
+
+
+def _one(d: Dialect, s: Session, new: NewTask, now: datetime) -> tuple[list[int], set[int]]:
+    """A single task (``schedule()``) in one round trip: its id comes back from the insert."""
+    row = s.fetch_one("insert_task", encoding.task_row(d, new, None, now))
+    return ([int(row["id"])], {int(row["id"])}) if row is not None else ([-1], set())
+
+
+def _many(d: Dialect, s: Session, tasks: Sequence[NewTask], now: datetime) -> tuple[list[int], set[int]]:
+    """Each task's id (taken first) and the ids that went in, a chunk per statement."""
+    ids: list[int] = []
+    inserted_ids: set[int] = set()
+    for start in range(0, len(tasks), INSERT_CHUNK):
+        chunk = tasks[start : start + INSERT_CHUNK]
+        chunk_ids = [int(r["id"]) for r in s.fetch_all("allocate_task_ids", {"n": len(chunk)})]
+        s.insert_rows(
+            "insert_tasks", [encoding.task_row(d, new, i, now) for new, i in zip(chunk, chunk_ids, strict=True)]
+        )
+        inserted_ids.update(int(r["id"]) for r in s.fetch_all("inserted_task_ids", {"ids": d.encode_ids(chunk_ids)}))
+        ids += chunk_ids
+    return ids, inserted_ids
 
 
 def as_inserted(new: NewTask, task_id: int, now: datetime) -> Task:

@@ -377,6 +377,25 @@ ORDER BY r.key, r.id
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
 DO NOTHING;
 
+-- name: insert_task
+-- One task (schedule()): one round trip, its id from the sequence; no row returned when
+-- a live task holds its key. The values are encoding.task_row's.
+INSERT INTO tickwork_tasks (
+    name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
+    next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
+    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
+    until_at, max_runs, origin, declared_at, max_lost, queue, lock, max_running, rate_limit,
+    created_at, updated_at)
+VALUES (
+    :name, :args::jsonb, :kwargs::jsonb, :key, :kind, :cron, :timezone, :interval_seconds,
+    :scheduled_at::timestamptz, :next_run_at::timestamptz, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout,
+    :max_retries, :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :max_runtime,
+    :until_at::timestamptz, :max_runs, :origin, :declared_at::timestamptz, :max_lost, :queue, :lock, :max_running,
+    :rate_limit, :created_at::timestamptz, :created_at::timestamptz)
+ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
+DO NOTHING
+RETURNING id;
+
 -- name: inserted_task_ids
 -- Which of an insert_tasks batch's ids were inserted (the others' keys were held).
 SELECT id FROM tickwork_tasks WHERE id = ANY(:ids);

@@ -105,6 +105,25 @@ VALUES (
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
 DO NOTHING;
 
+-- name: insert_task
+-- One task (schedule()), its id from AUTOINCREMENT; no row returned when a live task
+-- holds its key.
+INSERT INTO tickwork_tasks (
+    name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
+    next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
+    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
+    until_at, max_runs, origin, declared_at, max_lost, queue, lock, max_running, rate_limit,
+    created_at, updated_at)
+VALUES (
+    :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval_seconds, :scheduled_at,
+    :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
+    :retry_backoff, :priority, :max_catchup, :overlap, :parent_id, :on_lost, :max_runtime,
+    :until_at, :max_runs, :origin, :declared_at, :max_lost, :queue, :lock, :max_running, :rate_limit,
+    :created_at, :created_at)
+ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
+DO NOTHING
+RETURNING id;
+
 -- name: inserted_task_ids
 -- Which of an insert_tasks batch's ids were inserted (the others' keys were held).
 SELECT id FROM tickwork_tasks WHERE id IN (SELECT value FROM json_each(:ids));
