@@ -8,6 +8,8 @@ none of that. Counts, not timings: the same on any machine."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import re
 import sqlite3
@@ -65,6 +67,7 @@ def params(store: Store, queues: list[str] | None = None) -> dict[str, Any]:
         "exclude": d.encode_ids([]),
         "limit": 32,
         "scan": SCAN,
+        "unless_lane": True,  # claim_skip_locked as a claim first runs it: with its probe of the lane
         "ahead": 1,  # next_due_at's: a node's 64 read future tasks on purpose, 64 at most
         "due_by": d.encode_time(now),
         **queue_params(d, ["default"] if queues is None else queues),
@@ -275,3 +278,53 @@ def _history(url: str) -> None:
 def _only_sql_stores(store: Store) -> None:
     if not hasattr(store, "dialect"):
         pytest.skip("reads are counted by the SQL stores' databases")
+
+
+class Counted:
+    """A session that counts the statements run on it (the store's own, not a mock)."""
+
+    def __init__(self, session: Any, names: list[str]) -> None:
+        self.session, self.names = session, names
+
+    def fetch_all(self, query: str, params: Any) -> Any:
+        self.names.append(query)
+        return self.session.fetch_all(query, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+
+def claim_statements(store: Store, *args: Any, **kwargs: Any) -> tuple[list[Any], list[str]]:
+    hot = store._runs.hot  # type: ignore[attr-defined]
+    names: list[str] = []
+    opened = hot.session
+
+    @contextlib.contextmanager
+    def counted() -> Iterator[Counted]:
+        with opened() as s:
+            yield Counted(s, names)
+
+    hot.session = counted
+    try:
+        return store.claim(*args, **kwargs), names
+    finally:
+        del hot.session
+
+
+def test_a_skip_locked_claim_with_nothing_in_the_lane_is_one_statement(store: Store) -> None:
+    """The lane is probed inside claim_skip_locked: with no due task there that has a
+    limit or a priority, the claim is that one statement. With one, the statement claims
+    nothing, and the lane's task goes first."""
+    if getattr(store, "claim_strategy", None) != "skip_locked":
+        pytest.skip("PostgreSQL's skip_locked claim")
+    store.insert_tasks([new(store, -5) for _ in range(3)])
+    not_this_nodes = [new(store, 60, priority=5), dataclasses.replace(new(store, -5, priority=5), name="other.job")]
+    store.insert_tasks(not_this_nodes)
+    got, ran = claim_statements(store, "n1", [NAME], 2, 30.0, queues=["default"])
+    assert (len(got), ran) == (2, ["claim_skip_locked"])
+    [urgent] = store.insert_tasks([new(store, -1, priority=5)])
+    got, ran = claim_statements(store, "n1", [NAME], 2, 30.0, queues=["default"])
+    assert [c.task.id for c in got][:1] == [urgent.id] and len(got) == 2
+    assert ran == ["claim_skip_locked", "lane_candidates", "claim_cas_batch", "claim_skip_locked"]
+    got, ran = claim_statements(store, "n1", [NAME], 2, 30.0, queues=["default"])
+    assert (got, ran) == ([], ["claim_skip_locked"])

@@ -102,7 +102,22 @@ LIMIT :limit;
 -- One short transaction: lock due rows others have not locked, claim them, log the
 -- runs. Row locks end with the transaction, never held while a task runs. Each run's
 -- scheduled_for is tickwork.schedules.run_slot (tests/test_store_rules.py).
+-- With :unless_lane, it first asks whether lane_candidates would find anything (one
+-- probe per lane priority) and, if so, claims nothing: the lane goes first (its higher
+-- priorities and its limits), so the caller reads it and claims again without the
+-- gate. Every row says so in lane_due; with nothing claimed, a single row of NULLs
+-- carries it. A claim with an empty lane, the usual case, is then one round trip.
 WITH RECURSIVE {{served_queues}},
+lane_due(due) AS (
+    SELECT :unless_lane AND EXISTS (
+        SELECT 1 FROM lane_priorities p CROSS JOIN LATERAL (
+            SELECT 1 FROM tickwork_tasks
+            WHERE priority = p.priority AND {{lane_due_filter}}
+            LIMIT 1
+        ) AS c
+        WHERE p.priority IS NOT NULL
+    )
+),
 picked AS (
     -- Each queue's first :limit it can lock, then the oldest :limit of those (rows locked
     -- and not taken stay locked only until this statement's transaction ends).
@@ -115,6 +130,7 @@ picked AS (
         LIMIT :limit
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS c
+    WHERE NOT (SELECT due FROM lane_due)
     ORDER BY c.next_run_at, c.id
     LIMIT :limit
 ), claimed AS (
@@ -130,7 +146,7 @@ picked AS (
     INSERT INTO tickwork_executions (id, task_id, attempt, scheduled_for, started_at, status, node, fence)
     SELECT execution_id, id, attempt, execution_scheduled_for, :now, 'RUNNING', :node, version FROM claimed
 )
-SELECT * FROM claimed;
+SELECT claimed.*, lane_due.due AS lane_due FROM lane_due LEFT JOIN claimed ON true;
 
 -- name: claim_cas_batch
 -- Compare-and-set on version for a batch of candidates read without locks: a row
@@ -303,15 +319,21 @@ WHERE t.status = 'RUNNING' AND t.lease_expires_at < :now AND NOT (t.id = ANY(:ex
 ORDER BY t.lease_expires_at
 LIMIT :limit;
 
+-- name: lane_due_filter
+-- (A fragment.) A lane task of one priority this node could claim now: lane_candidates'
+-- rows, and what claim_skip_locked's gate probes for (the two must agree, or a claim
+-- could pass over the lane).
+status = 'PENDING' AND next_run_at <= :now
+      AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
+      AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
+      AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+
 -- name: lane_candidates
 -- The lane (tickwork/store/limits.sql), one priority at a time, highest first.
 WITH RECURSIVE {{queue_scan}}
 SELECT c.* FROM lane_priorities p CROSS JOIN LATERAL (
     SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 1 AS lane FROM tickwork_tasks
-    WHERE priority = p.priority AND status = 'PENDING' AND next_run_at <= :now
-      AND (priority <> 0 OR lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)
-      AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
-      AND (:all_queues OR queue = ANY(:queues)) AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+    WHERE priority = p.priority AND {{lane_due_filter}}
     ORDER BY next_run_at, id
     LIMIT :scan
 ) AS c

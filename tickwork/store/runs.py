@@ -58,6 +58,9 @@ class Runs:
                 **queue_params(d, queues),
             }
             if self.strategy == "skip_locked":
+                gated = s.fetch_all("claim_skip_locked", {**params, "unless_lane": True})
+                if not (gated and gated[0]["lane_due"]):  # the lane is empty: this was the whole claim
+                    return in_claim_order(self._claimed(s, gated))
                 lane, plain = limits.candidates(d, s, params), []
             else:  # both kinds of candidate in one round trip
                 both = s.fetch_all("claim_candidates_and_lane", {**params, "scan": limits.SCAN})
@@ -68,17 +71,18 @@ class Runs:
             rows: list[Row] = []
             if params["limit"] > 0:
                 if self.strategy == "skip_locked":
-                    rows = s.fetch_all("claim_skip_locked", params)
+                    rows = s.fetch_all("claim_skip_locked", {**params, "unless_lane": False})
                 else:
                     rows = self._claim_optimistic(s, params, list(exclude), plain[: params["limit"]])
-            for row in rows:
-                claim = self._decode_claimed(s, row)
-                if claim is not None:
-                    claims.append(claim)
+            claims += self._claimed(s, rows)
             if len(claims) < limit and (low := [c for c in lane if c.priority < 0]):
                 claims += self._claim_lane(s, params, low, limit - len(claims))
-        claims.sort(key=lambda c: (-c.task.priority, c.task.next_run_at, c.task.id))  # slots take them in this order
-        return claims
+        return in_claim_order(claims)
+
+    def _claimed(self, s: Session, rows: list[Row]) -> list[Claim]:
+        """The claims of a plain claim's rows (a row without an id is claim_skip_locked's
+        answer when it claimed nothing)."""
+        return [c for r in rows if r["id"] is not None and (c := self._decode_claimed(s, r)) is not None]
 
     def _claim_lane(self, s: Session, params: dict[str, Any], found: list[Candidate], limit: int) -> list[Claim]:
         """Part of the lane (store/limits.py): due tasks with a limit or a priority other
@@ -191,6 +195,11 @@ class Runs:
         with d.reader() as s:
             rows = s.fetch_all(query, {"now": d.encode_time(d.approximate_now()), "limit": limit, **extra})
         return [self.rows.claim(r) for r in rows]
+
+
+def in_claim_order(claims: list[Claim]) -> list[Claim]:
+    """Highest priority first, then the oldest due: the order slots take them in."""
+    return sorted(claims, key=lambda c: (-c.task.priority, c.task.next_run_at, c.task.id))
 
 
 def queue_params(d: Dialect, queues: Sequence[str] | None) -> dict[str, Any]:
