@@ -130,8 +130,7 @@ class Worker:
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
             monitor_wake=self.leases.wake, on_forget=self.wakeup.slot_freed, on_due_again=self.wakeup.set,
-            clock=clock,
-            unowned_after=settings.lease * LEASE_SAFETY,
+            clock=clock, unowned_after=settings.lease * LEASE_SAFETY,
         )  # fmt: skip
         self.reconciler = ReconcilerLoop(
             store, settings, self.health, own=self.runs.task_ids, live=locks.live if locks is not None else None,
