@@ -316,14 +316,15 @@ class FakeStore:
         wanted = set(names)
         with self._lock:
             due = [
-                self._may_start_at(t)
+                (self._may_start_at(t), _in_lane(t))
                 for t in self._tasks.values()
                 if t.status is Status.PENDING
                 and t.name in wanted
                 and (queues is None or t.queue in queues)
                 and not self._paused(t.queue)
             ]
-        return sorted(due)[:ahead]
+        lane = min((at for at, in_lane in due if in_lane), default=None)  # the times end at the lane's first
+        return sorted(at for at, _ in due if lane is None or at <= lane)[:ahead]
 
     def next_due_at(self, names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
         first = self.upcoming_due(names, queues, 1)

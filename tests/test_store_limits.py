@@ -106,6 +106,19 @@ def test_a_rate_limit_spaces_starts_and_next_due_at_says_when_the_next_may_start
     wait_for(lambda: len(claim(store)) == 1, timeout=5)
 
 
+def test_the_due_times_a_node_sleeps_through_end_at_the_lanes_next_start(store: Store) -> None:
+    """The lane gives only its earliest time (a rate's start after the next is known once
+    the next is taken): plain times after it are left out, so that a node reads again once
+    it has passed instead of sleeping past the rate's next start toward them."""
+    plain = store.insert_tasks([due(store, offset=s) for s in (10, 20, 40)])
+    assert store.upcoming_due([NAME]) == [t.next_run_at for t in plain]
+    [rated] = store.insert_tasks([due(store, offset=30, rate_limit="1/s")])
+    assert store.upcoming_due([NAME]) == [plain[0].next_run_at, plain[1].next_run_at, rated.next_run_at]
+    [early] = store.insert_tasks([due(store, offset=15, max_running=2)])
+    assert store.upcoming_due([NAME]) == [plain[0].next_run_at, early.next_run_at]
+    assert store.upcoming_due([NAME], ahead=1) == [plain[0].next_run_at]
+
+
 def test_tasks_without_limits_are_claimed_beside_held_back_ones(store: Store) -> None:
     store.insert_tasks([due(store, offset=-10, max_running=1) for _ in range(20)])
     free = store.insert_tasks([due(store, offset=-1) for _ in range(3)])

@@ -61,15 +61,12 @@ SELECT COUNT(*) AS n FROM (
 -- allowed start if later than the dispatch time (one held back by a full lock or
 -- max_running counts as due), over the first 64 of each lane priority. Sleep hints,
 -- capped by poll_interval: a node sleeps from one to the next without asking again
--- (tickwork/node/claims.py); next_due_at is the first.
-WITH RECURSIVE {{served_queues}}
-SELECT u.at FROM (
-    SELECT c.next_run_at AS at FROM served_queues q CROSS JOIN LATERAL (
-        SELECT next_run_at FROM tickwork_tasks
-        WHERE queue = q.queue AND status = 'PENDING' AND priority = 0
-          AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL AND name = ANY(:names)
-        ORDER BY next_run_at, id LIMIT :ahead) AS c
-    UNION ALL
+-- (tickwork/node/claims.py); next_due_at is the first. The lane gives only its earliest
+-- time (a rate's start after the next is known only once the next is taken), so the
+-- times end at it: a node that slept through them reads again once it has passed,
+-- rather than sleep past the lane's next start toward a plain task's time.
+WITH RECURSIVE {{served_queues}},
+lane(at) AS (
     SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > c.next_run_at THEN l.tat ELSE c.next_run_at END)
     FROM lane_priorities p CROSS JOIN LATERAL (
         SELECT name, next_run_at FROM tickwork_tasks
@@ -79,8 +76,17 @@ SELECT u.at FROM (
           AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
         ORDER BY next_run_at, id LIMIT 64) AS c
     LEFT JOIN tickwork_limits l ON l.key = 'rate:' || c.name
+)
+SELECT u.at FROM (
+    SELECT c.next_run_at AS at FROM served_queues q CROSS JOIN LATERAL (
+        SELECT next_run_at FROM tickwork_tasks
+        WHERE queue = q.queue AND status = 'PENDING' AND priority = 0
+          AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL AND name = ANY(:names)
+        ORDER BY next_run_at, id LIMIT :ahead) AS c
+    UNION ALL
+    SELECT at FROM lane
 ) AS u
-WHERE u.at IS NOT NULL
+WHERE u.at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM lane WHERE lane.at < u.at)
 ORDER BY u.at LIMIT :ahead;
 
 -- name: claim_candidates
@@ -375,12 +381,7 @@ SELECT nextval(pg_get_serial_sequence('tickwork_tasks', 'id')) AS id FROM genera
 -- Rows go in by key, then id: of two tasks in one batch with the same key the first is
 -- stored, and two writers sharing keys wait on each other's keys in one order, never
 -- in a cycle. A key a live task already holds inserts nothing.
-INSERT INTO tickwork_tasks (
-    id, name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
-    next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
-    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
-    until_at, max_runs, origin, declared_at, max_lost, queue, lock, max_running, rate_limit,
-    created_at, updated_at)
+INSERT INTO tickwork_tasks (id, {{new_task_columns}})
 SELECT
     r.id, r.name, r.args::jsonb, r.kwargs::jsonb, r.key, r.kind, r.cron, r.timezone, r.interval_seconds,
     r.scheduled_at, r.next_run_at, 'PENDING', r.misfire, r.misfire_grace, r.jitter, r.timeout, r.max_retries,
@@ -402,12 +403,7 @@ DO NOTHING;
 -- name: insert_task
 -- One task (schedule()): one round trip, its id from the sequence; no row returned when
 -- a live task holds its key. The values are encoding.task_row's.
-INSERT INTO tickwork_tasks (
-    name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
-    next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
-    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
-    until_at, max_runs, origin, declared_at, max_lost, queue, lock, max_running, rate_limit,
-    created_at, updated_at)
+INSERT INTO tickwork_tasks ({{new_task_columns}})
 VALUES (
     :name, :args::jsonb, :kwargs::jsonb, :key, :kind, :cron, :timezone, :interval_seconds,
     :scheduled_at::timestamptz, :next_run_at::timestamptz, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout,

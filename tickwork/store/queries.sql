@@ -14,6 +14,16 @@ WHERE key = :key AND status IN ('PENDING', 'RUNNING', 'PAUSED');
 -- priority at a time, each walk a range that stops at its LIMIT or at what is due, so
 -- what it costs does not grow with other queues' backlogs or with future tasks.
 
+-- name: new_task_columns
+-- (A fragment.) The columns a new task's insert writes (insert_task, insert_tasks in
+-- postgres.sql and sqlite.sql; the id, when taken first, before them): the values are
+-- encoding.task_row's, every other column takes its default.
+name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
+    next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
+    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
+    until_at, max_runs, origin, declared_at, max_lost, queue, lock, max_running, rate_limit,
+    created_at, updated_at
+
 -- name: queue_scan
 -- The queues that have PENDING plain tasks, and the lane's priorities: a loose scan of
 -- each index's first column, one index probe per queue or priority found.

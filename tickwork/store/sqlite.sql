@@ -56,16 +56,9 @@ ORDER BY t.priority DESC, t.next_run_at, t.id
 LIMIT :scan;
 
 -- name: upcoming_due
--- postgres.sql's, with correlated subqueries for LATERAL.
-WITH RECURSIVE {{served_queues}}
-SELECT u.at FROM (
-    SELECT t.next_run_at AS at FROM served_queues q JOIN tickwork_tasks t ON t.id IN (
-        SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_plain
-        WHERE i.queue = q.queue AND i.status = 'PENDING' AND i.priority = 0
-          AND i.lock IS NULL AND i.max_running IS NULL AND i.rate_limit IS NULL
-          AND i.name IN (SELECT value FROM json_each(:names))
-        ORDER BY i.next_run_at, i.id LIMIT :ahead)
-    UNION ALL
+-- postgres.sql's, with correlated subqueries for LATERAL (the lane's time read once).
+WITH RECURSIVE {{served_queues}},
+lane(at) AS MATERIALIZED (
     SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > t.next_run_at THEN l.tat ELSE t.next_run_at END)
     FROM lane_priorities p JOIN tickwork_tasks t ON t.id IN (
         SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_lane
@@ -76,8 +69,18 @@ SELECT u.at FROM (
           AND i.queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
         ORDER BY i.next_run_at, i.id LIMIT 64)
     LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name
+)
+SELECT u.at FROM (
+    SELECT t.next_run_at AS at FROM served_queues q JOIN tickwork_tasks t ON t.id IN (
+        SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_plain
+        WHERE i.queue = q.queue AND i.status = 'PENDING' AND i.priority = 0
+          AND i.lock IS NULL AND i.max_running IS NULL AND i.rate_limit IS NULL
+          AND i.name IN (SELECT value FROM json_each(:names))
+        ORDER BY i.next_run_at, i.id LIMIT :ahead)
+    UNION ALL
+    SELECT at FROM lane
 ) AS u
-WHERE u.at IS NOT NULL
+WHERE u.at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM lane WHERE lane.at < u.at)
 ORDER BY u.at LIMIT :ahead;
 
 -- name: allocate_task_ids
@@ -90,12 +93,7 @@ SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tickwork_tasks'),
 -- name: insert_tasks
 -- One task of a batch (Session.insert_rows runs it once per row, in order): a key a live
 -- task already holds, or an earlier task of the batch, inserts nothing.
-INSERT INTO tickwork_tasks (
-    id, name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
-    next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
-    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
-    until_at, max_runs, origin, declared_at, max_lost, queue, lock, max_running, rate_limit,
-    created_at, updated_at)
+INSERT INTO tickwork_tasks (id, {{new_task_columns}})
 VALUES (
     :id, :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval_seconds, :scheduled_at,
     :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
@@ -108,12 +106,7 @@ DO NOTHING;
 -- name: insert_task
 -- One task (schedule()), its id from AUTOINCREMENT; no row returned when a live task
 -- holds its key.
-INSERT INTO tickwork_tasks (
-    name, args, kwargs, key, kind, cron, timezone, interval_seconds, scheduled_at,
-    next_run_at, status, misfire, misfire_grace, jitter, timeout, max_retries,
-    retry_backoff, priority, max_catchup, overlap, parent_id, on_lost, max_runtime,
-    until_at, max_runs, origin, declared_at, max_lost, queue, lock, max_running, rate_limit,
-    created_at, updated_at)
+INSERT INTO tickwork_tasks ({{new_task_columns}})
 VALUES (
     :name, :args, :kwargs, :key, :kind, :cron, :timezone, :interval_seconds, :scheduled_at,
     :next_run_at, 'PENDING', :misfire, :misfire_grace, :jitter, :timeout, :max_retries,
