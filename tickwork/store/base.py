@@ -125,8 +125,9 @@ class Store(Protocol):
         self, names: Sequence[str], queues: Sequence[str] | None = None, ahead: int = 64
     ) -> list[datetime]:
         """Up to ``ahead`` of the next dispatch times ``next_due_at`` would give, earliest
-        first (each served queue's first ``ahead``, and the lane's earliest): a node's
-        sleep hints from one claim to the next, never a promise that a task is there."""
+        first (each served queue's first ``ahead``, and the lane's earliest, after which
+        none: the lane's next is unknown until it passes): a node's sleep hints from one
+        claim to the next, never a promise that a task is there."""
         ...
 
     def claim(
