@@ -326,5 +326,23 @@ def test_a_skip_locked_claim_with_nothing_in_the_lane_is_one_statement(store: St
     got, ran = claim_statements(store, "n1", [NAME], 2, 30.0, queues=["default"])
     assert [c.task.id for c in got][:1] == [urgent.id] and len(got) == 2
     assert ran == ["claim_skip_locked", "lane_candidates", "claim_cas_batch", "claim_skip_locked"]
+    # The lane had work: the next claim reads it first, finds it empty, and goes back to
+    # the one statement after that.
+    got, ran = claim_statements(store, "n1", [NAME], 2, 30.0, queues=["default"])
+    assert (got, ran) == ([], ["lane_candidates", "claim_skip_locked"])
     got, ran = claim_statements(store, "n1", [NAME], 2, 30.0, queues=["default"])
     assert (got, ran) == ([], ["claim_skip_locked"])
+
+
+def test_a_lane_held_by_a_full_limit_costs_a_claim_no_probe(store: Store) -> None:
+    """Due tasks held back by max_running stay due: each claim reads the lane first, as
+    before the probe, rather than probe it, claim nothing, and read it anyway."""
+    if getattr(store, "claim_strategy", None) != "skip_locked":
+        pytest.skip("PostgreSQL's skip_locked claim")
+    store.insert_tasks([new(store, -5, max_running=1) for _ in range(3)] + [new(store, -1) for _ in range(6)])
+    got, ran = claim_statements(store, "n1", [NAME], 2, 30.0, queues=["default"])
+    assert len(got) == 2 and ran[:2] == ["claim_skip_locked", "lane_candidates"]
+    for _ in range(2):  # the limit is full: its tasks are read and passed over
+        got, ran = claim_statements(store, "n1", [NAME], 2, 30.0, queues=["default"])
+        assert all(c.task.max_running is None for c in got) and len(got) == 2
+        assert ran[0] == "lane_candidates" and ran.count("claim_skip_locked") == 1

@@ -137,43 +137,39 @@ def assert_each_ran_once(client: App, records: Path, ids: Iterable[int]) -> None
 # -- max_running -----------------------------------------------------------------------------
 
 
+def run_limited_two(client: App, fleet: Fleet, records: Path, claim: str, runs: int, concurrency: int) -> None:
+    """``runs`` due runs of 0.2 s of a ``max_running=2`` task on four nodes of
+    ``concurrency`` slots: each ran once, never more than two at once, and two at times."""
+    ids = [t.id for t in client.schedule_many([{"task": "test.limited_two"}] * runs)]
+    nodes = start_nodes(fleet, claim, 4, concurrency=concurrency)
+    wait_for(lambda: completed(client, "test.limited_two") == runs, timeout=120, interval=0.2)
+    stop(nodes)
+    intervals = spans(records)
+    assert len(intervals) == runs
+    at_once = most_at_once(intervals.values())
+    assert at_once <= 2, f"{at_once} runs of a max_running=2 task at once"
+    assert at_once == 2, "two may run at once: the limit is 2, not 1"
+    assert_each_ran_once(client, records, ids)
+    assert all("Traceback" not in node.output() for node in nodes)
+
+
 @pytest.mark.timeout(180)
 def test_max_running_holds_across_four_nodes_with_eight_slots_each(
     client: App, fleet: Fleet, records: Path, claim: str
 ) -> None:
-    """32 free slots, 200 due runs of 0.2 s, ``max_running=2``: never more than two at once."""
-    ids = [t.id for t in client.schedule_many([{"task": "test.limited_two"}] * 200)]
-    nodes = start_nodes(fleet, claim, 4, concurrency=8)
-    wait_for(lambda: completed(client, "test.limited_two") == 200, timeout=120, interval=0.2)
-    stop(nodes)
-    intervals = spans(records)
-    assert len(intervals) == 200
-    at_once = most_at_once(intervals.values())
-    assert at_once <= 2, f"{at_once} runs of a max_running=2 task at once"
-    assert at_once == 2, "two may run at once: the limit is 2, not 1"
-    assert_each_ran_once(client, records, ids)
-    # (Which nodes run them is not pinned here: the node whose run just ended claims the
-    # freed place at once, while the others sleep while the limit is full, so one node
-    # may well run them all. The next test makes it take two nodes.)
-    assert all("Traceback" not in node.output() for node in nodes)
+    """32 free slots, 200 due runs: never more than two at once. (Which nodes run them is
+    not pinned here: the node whose run just ended claims the freed place at once, while
+    the others sleep while the limit is full, so one node may well run them all. The
+    next test makes it take two nodes.)"""
+    run_limited_two(client, fleet, records, claim, runs=200, concurrency=8)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(150)
 def test_max_running_holds_across_nodes_of_one_slot_each(client: App, fleet: Fleet, records: Path, claim: str) -> None:
-    """Four nodes of one slot each, 40 due runs of 0.2 s, ``max_running=2``: two at once
-    means two nodes at once, and never a third."""
-    ids = [t.id for t in client.schedule_many([{"task": "test.limited_two"}] * 40)]
-    nodes = start_nodes(fleet, claim, 4, concurrency=1)
-    wait_for(lambda: completed(client, "test.limited_two") == 40, timeout=90, interval=0.2)
-    stop(nodes)
-    intervals = spans(records)
-    assert len(intervals) == 40
-    at_once = most_at_once(intervals.values())
-    assert at_once <= 2, f"{at_once} runs of a max_running=2 task at once"
-    assert at_once == 2, "two may run at once: the limit is 2, not 1"
-    assert_each_ran_once(client, records, ids)
+    """Four nodes of one slot each, 40 runs: two at once means two nodes at once, and
+    never a third."""
+    run_limited_two(client, fleet, records, claim, runs=40, concurrency=1)
     assert len({r["pid"] for r in read_records(records)}) >= 2  # one slot a node: two at once took two nodes
-    assert all("Traceback" not in node.output() for node in nodes)
 
 
 # -- lock= -------------------------------------------------------------------------------------

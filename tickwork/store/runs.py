@@ -28,6 +28,11 @@ class Runs:
         self.rows = rows
         self.strategy = strategy
         self.hot = dialect.hot_path
+        self.lane_seen = False
+        """skip_locked: the last claim found the lane with work due. Then the next reads
+        the lane first, as before the probe: a lane held by a full limit would otherwise
+        cost every claim a probe that claims nothing. A hint only (both ways are correct);
+        it is cleared by a claim that finds the lane empty."""
 
     # -- claims -----------------------------------------------------------------------
 
@@ -58,10 +63,12 @@ class Runs:
                 **queue_params(d, queues),
             }
             if self.strategy == "skip_locked":
-                gated = s.fetch_all("claim_skip_locked", {**params, "unless_lane": True})
-                if not (gated and gated[0]["lane_due"]):  # the lane is empty: this was the whole claim
-                    return in_claim_order(self._claimed(s, gated))
+                if not self.lane_seen:
+                    gated = s.fetch_all("claim_skip_locked", {**params, "unless_lane": True})
+                    if not (gated and gated[0]["lane_due"]):  # the lane is empty: this was the whole claim
+                        return in_claim_order(self._claimed(s, gated))
                 lane, plain = limits.candidates(d, s, params), []
+                self.lane_seen = bool(lane)
             else:  # both kinds of candidate in one round trip
                 both = s.fetch_all("claim_candidates_and_lane", {**params, "scan": limits.SCAN})
                 lane = limits.decode(d, [r for r in both if r["lane"]])
