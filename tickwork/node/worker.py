@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from types import FrameType
 
 from tickwork import validate
 from tickwork.errors import InvalidInput, NodeError
@@ -48,6 +46,7 @@ from tickwork.node.run import CancelReason, Run
 from tickwork.node.runner import Runner
 from tickwork.node.sampler import QueueSampler
 from tickwork.node.settings import NodeSettings
+from tickwork.node.signals import GracefulSignals
 from tickwork.node.slots import Prefetch, RunTable, RunThreads
 from tickwork.node.stats import NO_STATS, NodeStats
 from tickwork.registry import Isolation, Registry
@@ -148,8 +147,8 @@ class Worker:
 
     def run(self, *, install_signals: bool = True) -> None:
         """Run the node until ``stop()`` or SIGINT/SIGTERM; returns after shutdown."""
-        if install_signals:
-            self._install_signal_handlers()
+        on_main = threading.current_thread() is threading.main_thread()
+        signals = GracefulSignals(self.stop) if install_signals and on_main else None
         self.store.register_node(self._node_row())
         self.slots.resize(self.concurrency)
         self.leases.renewer.start()
@@ -164,6 +163,8 @@ class Worker:
             self._poll_loop()
         finally:
             self._shutdown()
+            if signals is not None:
+                signals.close()
 
     def _log_started(self) -> None:
         """The start-up line: the database (its password masked), the claim strategy, the
@@ -370,22 +371,6 @@ class Worker:
             run.request_cancel(CancelReason.SHUTDOWN)
         while not self.runs.wait_empty(INTERRUPT_LOG_EVERY_S):
             log.warning("waiting for %d cancelled runs to stop (a second signal exits now)", self.running)
-
-    def _install_signal_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def exit_now(signum: int, frame: FrameType | None) -> None:
-            os._exit(128 + signum)
-
-        def graceful(signum: int, frame: FrameType | None) -> None:
-            # Only set flags here; a second signal exits at once.
-            signal.signal(signal.SIGINT, exit_now)
-            signal.signal(signal.SIGTERM, exit_now)
-            self.stop()
-
-        signal.signal(signal.SIGINT, graceful)
-        signal.signal(signal.SIGTERM, graceful)
 
     def _node_row(self) -> Node:
         now = self.store.approximate_now()
