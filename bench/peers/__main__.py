@@ -1,0 +1,110 @@
+"""Runs the chosen systems through the chosen workloads, one after the other, and prints
+the figures of the same run, then each as tickwork's lead over that system."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from bench.peers import workloads
+from bench.peers.systems import System, parse_system
+
+DEFAULT_SYSTEMS = "tickwork,pgqueuer,pgqueuer:batch_size=100,ceiling"
+SIZES = {"W1": 20_000, "W2": 2_000, "W3": 10_000}
+COLUMNS = (
+    ("W1", "exec_s", "W1 exec/s", "{:,.0f}"),
+    ("W1", "steady", "W1 steady exec/s", "{:,.0f}"),
+    ("W1", "cpu_ms", "W1 workers' CPU ms/task", "{:.3f}"),
+    ("W1", "enqueue_s", "enqueue tasks/s", "{:,.0f}"),
+    ("W2", "p50", "W2 lateness p50 ms", "{:.1f}"),
+    ("W2", "p99", "W2 p99 ms", "{:.1f}"),
+    ("W2", "cpu_s", "W2 workers' CPU s", "{:.2f}"),
+    ("W3", "drain_s", "W3 drain s", "{:.2f}"),
+    ("W3", "p99", "W3 p99 ms", "{:,.0f}"),
+    ("W3", "rss_mb", "W3 peak RSS MB", "{:.0f}"),
+)
+
+
+def versions() -> str:
+    names = ("tickwork", "pgqueuer", "asyncpg", "psycopg")
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} not installed")
+    return f"Python {platform.python_version()}, " + ", ".join(found)
+
+
+def run_one(system: System, workload: str, folder: Path, scale: float) -> dict[str, float]:
+    n = max(10, int(SIZES[workload] * scale))
+    if workload == "W1":
+        return workloads.w1(system, folder, n)
+    if system.kind == "ceiling":
+        return {}  # the bare loop drains what is due and exits: W1 only
+    return (workloads.w2 if workload == "W2" else workloads.w3)(system, folder, n)
+
+
+def table(results: dict[str, dict[str, dict[str, float]]], chosen: list[str]) -> list[str]:
+    columns = [c for c in COLUMNS if c[0] in chosen]
+    lines = ["| system | " + " | ".join(c[2] for c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for name, by_workload in results.items():
+        cells = []
+        for workload, key, _, shape in columns:
+            value = by_workload.get(workload, {}).get(key)
+            cells.append("n/a" if value is None else shape.format(value))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def ratios(results: dict[str, dict[str, dict[str, float]]], chosen: list[str]) -> list[str]:
+    """tickwork's figure over each other system's (for times and costs, theirs over
+    tickwork's), so that above 1 always means tickwork is ahead."""
+    ours = results.get("tickwork")
+    if ours is None:
+        return []
+    lower_is_better = {"cpu_ms", "p50", "p99", "cpu_s", "drain_s", "rss_mb"}
+    columns = [c for c in COLUMNS if c[0] in chosen]
+    lines = ["| tickwork ahead by (x) | " + " | ".join(c[2] for c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for name, by_workload in results.items():
+        if name == "tickwork":
+            continue
+        cells = []
+        for workload, key, _, _ in columns:
+            mine, theirs = ours.get(workload, {}).get(key), by_workload.get(workload, {}).get(key)
+            if not mine or not theirs:
+                cells.append("n/a")
+            else:
+                cells.append(f"{theirs / mine if key in lower_is_better else mine / theirs:.2f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__)
+    parser.add_argument("--systems", default=DEFAULT_SYSTEMS)
+    parser.add_argument("--workloads", default="W1,W2,W3")
+    parser.add_argument("--scale", type=float, default=1.0, help="every workload's task count times this")
+    args = parser.parse_args()
+    systems = [parse_system(name) for name in args.systems.split(",")]
+    chosen = [w for w in args.workloads.split(",") if w]
+    if unknown := [w for w in chosen if w not in SIZES]:
+        raise SystemExit(f"unknown workload {unknown[0]!r}: W1, W2 or W3")
+    print(f"# {versions()}", flush=True)
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for system in systems:
+            for workload in chosen:
+                figures = run_one(system, workload, Path(tmp), args.scale)
+                results.setdefault(system.name, {})[workload] = figures
+                print(f"# {system.name} {workload}: {figures}", flush=True)
+    print("\n".join(table(results, chosen)))
+    print()
+    print("\n".join(ratios(results, chosen)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""The systems compared: how each stores the tasks of a workload (in the harness's own
+process, before any worker starts) and which due time it really stored for each."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from bench.tickwork_bench import CHUNK, make_app
+
+PGQUEUER_CHUNK = 5000
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    kind: str  # "tickwork", "pgqueuer" or "ceiling"
+    batch_size: int = 10
+
+    def enqueue(self, url: str, due: list[datetime]) -> tuple[float, dict[int, float]]:
+        """Stores task ``i`` due at ``due[i]``; the seconds that took and each task's due
+        time as stored (epoch seconds)."""
+        if self.kind == "pgqueuer":
+            return asyncio.run(_pgqueuer_enqueue(url, due))
+        app = make_app(url, "skip_locked", None)
+        app.stats()  # the schema migrated and a connection open: setup, not enqueue
+        started = time.perf_counter()
+        for i in range(0, len(due), CHUNK):
+            app.schedule_many(
+                [{"task": "bench.noop", "kwargs": {"bid": i + j}, "at": t} for j, t in enumerate(due[i : i + CHUNK])]
+            )
+        elapsed = time.perf_counter() - started
+        app.close()
+        return elapsed, {i: t.timestamp() for i, t in enumerate(due)}
+
+
+def parse_system(name: str) -> System:
+    kind, _, option = name.partition(":")
+    if kind not in ("tickwork", "pgqueuer", "ceiling"):
+        raise SystemExit(f"unknown system {name!r}: tickwork, pgqueuer[:batch_size=N] or ceiling")
+    if not option:
+        return System(name, kind)
+    key, _, value = option.partition("=")
+    if kind != "pgqueuer" or key != "batch_size" or not value.isdigit() or int(value) < 1:
+        raise SystemExit(f"unknown option {option!r} of {kind} (pgqueuer takes batch_size=N, N >= 1)")
+    return System(name, kind, int(value))
+
+
+async def _pgqueuer_enqueue(url: str, due: list[datetime]) -> tuple[float, dict[int, float]]:
+    """PgQueuer's own bulk enqueue (lists of entrypoints, payloads, priorities, delays).
+    Its due time is relative (``execute_after``, added to the database's clock), so the
+    times it stored are read back: lateness is measured from them, not from the asked ones."""
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Queries
+
+    connection = await asyncpg.connect(url)
+    try:
+        queries = Queries(AsyncpgDriver(connection))
+        await queries.install()
+        started = time.perf_counter()
+        for i in range(0, len(due), PGQUEUER_CHUNK):
+            chunk = due[i : i + PGQUEUER_CHUNK]
+            now = datetime.now(UTC)
+            await queries.enqueue(
+                ["noop"] * len(chunk),
+                [str(i + j).encode() for j in range(len(chunk))],
+                [0] * len(chunk),
+                [max(t - now, timedelta(0)) for t in chunk],
+            )
+        elapsed = time.perf_counter() - started
+        rows = await connection.fetch("SELECT payload, execute_after FROM pgqueuer")
+        return elapsed, {int(r["payload"]): r["execute_after"].timestamp() for r in rows}
+    finally:
+        await connection.close()

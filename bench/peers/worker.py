@@ -1,0 +1,50 @@
+"""One worker process of a system: ``python -m bench.peers.worker SYSTEM URL SINK``.
+
+It runs until SIGTERM; each task it runs writes its start to the sink folder."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from bench.peers.sink import Sink
+from bench.peers.systems import parse_system
+from bench.tickwork_bench import ceiling_main, node_main
+
+
+def pgqueuer_main(url: str, sink: Path, batch_size: int) -> None:
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
+
+    record = Sink(sink)
+
+    async def work() -> None:
+        connection = await asyncpg.connect(url)
+        manager = QueueManager(Queries(AsyncpgDriver(connection)))
+
+        @manager.entrypoint("noop")
+        async def noop(job: Job) -> None:
+            record.started(int(job.payload or b"-1"))
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, manager.shutdown.set)
+        await manager.run(batch_size=batch_size)
+        await connection.close()
+
+    asyncio.run(work())
+
+
+def main(argv: list[str]) -> None:
+    system, url, sink = parse_system(argv[0]), argv[1], Path(argv[2])
+    if system.kind == "tickwork":
+        node_main(url, "skip_locked", sink, 1.0)
+    elif system.kind == "pgqueuer":
+        pgqueuer_main(url, sink, system.batch_size)
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        ceiling_main(url, sink)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
