@@ -58,10 +58,18 @@ class Context:
         self.fence = fence
         self._cancel_flag = cancel_flag
         self._renew = renew
-        self.logger = logging.LoggerAdapter(
-            logging.getLogger(f"tickwork.task.{task_name}"),
-            {"task_id": task_id, "execution_id": execution_id, "attempt": attempt},
-        )
+        self._logger: logging.LoggerAdapter[logging.Logger] | None = None
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """``tickwork.task.<name>``, with the run's ids on every record. Made on first use:
+        most runs never log, and a logger lookup per run is a cost every run would pay."""
+        if self._logger is None:
+            self._logger = logging.LoggerAdapter(
+                logging.getLogger(f"tickwork.task.{self.task_name}"),
+                {"task_id": self.task_id, "execution_id": self.execution_id, "attempt": self.attempt},
+            )
+        return self._logger
 
     @property
     def cancelled(self) -> bool:

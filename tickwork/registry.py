@@ -63,9 +63,11 @@ class TaskDef:
     func: Callable[..., Any]
     options: TaskOptions
 
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
+    is_async: bool = dataclasses.field(init=False, repr=False, compare=False)
+    """Whether ``func`` is a coroutine function: read once, not on every run."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.func))
 
 
 class Registry:

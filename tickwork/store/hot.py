@@ -11,6 +11,7 @@ and each statement is a call into the library, not a round trip.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -19,6 +20,10 @@ from tickwork.model import Outcome, Renewal
 from tickwork.schedules import run_slot
 from tickwork.store import encoding
 from tickwork.store.dialect import Dialect, Row, Session
+
+_encode_batch = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+"""A batch of outcomes as JSON text: keys in the order written (sorting them, as stored
+values are, costs a third of the encoding and the server does not care)."""
 
 
 class SetBased:
@@ -46,7 +51,7 @@ class SetBased:
         ]
 
     def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
-        batch = self._d.encode_json([encoding.outcome_object(o) for o in outcomes])
+        batch = _encode_batch([encoding.outcome_object(o) for o in outcomes])
         params = {"node": node, "expired_only": expired_only, "batch": batch}
         rows = s.fetch_all("write_outcomes_batch", params)
         written = {(int(r["id"]), int(r["fence"]), int(r["execution_id"])) for r in rows}

@@ -228,14 +228,15 @@ SELECT pg_notify('tickwork', :payload);
 -- name: write_outcomes_batch
 -- write_outcome + finish_execution for a whole batch in one statement (one parse, one
 -- plan, one round trip): the batch arrives as one JSON array, which the server unpacks
--- faster than a driver can send one array per column. Each row is still fenced by its
+-- faster than a driver can send one array per column (json, not jsonb: unpacked once,
+-- never stored, it parses faster). Each row is still fenced by its
 -- own version and lease owner; an execution row is finished only if its task's update
 -- applied. Status and cancel flags: tickwork.schedules.cancel_wins, as in write_outcome.
 -- Two outcomes of one task in a batch (a late result of a run taken over, beside the
 -- result of the task's next run) are told apart by fence and execution: only the one
 -- whose fence matched is reported applied, and only its execution row is written.
 WITH o AS (
-    SELECT * FROM jsonb_to_recordset(:batch::jsonb) AS o(
+    SELECT * FROM json_to_recordset(:batch::json) AS o(
         task_id bigint, fence bigint, execution_id bigint, status text, task_status text,
         scheduled_at timestamptz, next_run_at timestamptz, finished_at timestamptz, started_at timestamptz,
         attempt int, triggered boolean, error_type text, error_message text, error_traceback text,
