@@ -7,10 +7,11 @@ tickwork) raises ``UndecodableRow``, which names the table, the column and the r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from tickwork.errors import StoreError
 from tickwork.model import (
@@ -131,57 +132,61 @@ class Decoder:
 
     def _task(self, r: Row) -> Task:
         d = self.dialect
-        return Task(
-            id=int(r["id"]),
-            name=r["name"],
-            args=d.decode_json(r["args"]),
-            kwargs=d.decode_json(r["kwargs"]),
-            key=r["key"],
-            kind=_member(_KINDS, r["kind"]),
-            cron=r["cron"],
-            timezone=r["timezone"],
-            interval=_optional_float(r["interval_seconds"]),
-            scheduled_at=self.time(r["scheduled_at"]),
-            next_run_at=self.time(r["next_run_at"]),
-            status=_member(_STATUSES, r["status"]),
-            misfire=_member(_MISFIRES, r["misfire"]),
-            misfire_grace=float(r["misfire_grace"]),
-            jitter=float(r["jitter"]),
-            timeout=_optional_float(r["timeout"]),
-            max_retries=int(r["max_retries"]),
-            retry_backoff=float(r["retry_backoff"]),
-            priority=int(r["priority"]),
-            version=int(r["version"]),
-            lease_owner=r["lease_owner"],
-            lease_expires_at=d.decode_time(r["lease_expires_at"]),
-            cancel_requested=bool(r["cancel_requested"]),
-            cancel_run_only=bool(r["cancel_run_only"]),
-            triggered=bool(r["triggered"]),
-            attempt=int(r["attempt"]),
-            run_count=int(r["run_count"]),
-            last_status=_member(_EXECUTION_STATUSES, r["last_status"]) if r["last_status"] else None,
-            created_at=self.time(r["created_at"]),
-            updated_at=self.time(r["updated_at"]),
-            max_catchup=r["max_catchup"],
-            overlap=_member(_OVERLAPS, r["overlap"]),
-            last_decision=r["last_decision"],
-            parent_id=r["parent_id"],
-            on_lost=_member(_ON_LOST, r["on_lost"]),
-            max_runtime=_optional_float(r["max_runtime"]),
-            until=d.decode_time(r["until_at"]),
-            max_runs=None if r["max_runs"] is None else int(r["max_runs"]),
-            max_lost=int(r["max_lost"]),
-            queue=str(r["queue"]),
-            lock=r["lock"],
-            max_running=None if r["max_running"] is None else int(r["max_running"]),
-            rate_limit=r["rate_limit"],
-            lost_runs=int(r["lost_runs"]),
-            origin=r["origin"],
-            declared_at=d.decode_time(r["declared_at"]),
-            removed_at=d.decode_time(r["removed_at"]),
-            revision=int(r["revision"]),
-            replan_at=d.decode_time(r["replan_at"]),
-            replan_run_at=d.decode_time(r["replan_run_at"]),
+        time = self.time
+        optional_time = d.decode_time
+        # Positional, in Task's field order (tests/test_store_undecodable.py pins it).
+        return _new_task(
+            int(r["id"]),
+            r["name"],
+            d.decode_json(r["args"]),
+            d.decode_json(r["kwargs"]),
+            r["key"],
+            _member(_KINDS, r["kind"]),
+            r["cron"],
+            r["timezone"],
+            _optional_float(r["interval_seconds"]),
+            time(r["scheduled_at"]),
+            time(r["next_run_at"]),
+            _member(_STATUSES, r["status"]),
+            _member(_MISFIRES, r["misfire"]),
+            float(r["misfire_grace"]),
+            float(r["jitter"]),
+            _optional_float(r["timeout"]),
+            int(r["max_retries"]),
+            float(r["retry_backoff"]),
+            int(r["priority"]),
+            int(r["version"]),
+            r["lease_owner"],
+            optional_time(r["lease_expires_at"]),
+            bool(r["cancel_requested"]),
+            bool(r["triggered"]),
+            int(r["attempt"]),
+            int(r["run_count"]),
+            _member(_EXECUTION_STATUSES, r["last_status"]) if r["last_status"] else None,
+            time(r["created_at"]),
+            time(r["updated_at"]),
+            r["max_catchup"],
+            _member(_OVERLAPS, r["overlap"]),
+            r["last_decision"],
+            r["parent_id"],
+            _member(_ON_LOST, r["on_lost"]),
+            bool(r["cancel_run_only"]),
+            _optional_float(r["max_runtime"]),
+            optional_time(r["until_at"]),
+            None if r["max_runs"] is None else int(r["max_runs"]),
+            r["origin"],
+            optional_time(r["declared_at"]),
+            optional_time(r["removed_at"]),
+            int(r["revision"]),
+            optional_time(r["replan_at"]),
+            optional_time(r["replan_run_at"]),
+            str(r["queue"]),
+            r["lock"],
+            None if r["max_running"] is None else int(r["max_running"]),
+            r["rate_limit"],
+            int(r["max_lost"]),
+            int(r["lost_runs"]),
+            False,  # existed: only schedule() says so
         )
 
     def _execution(self, r: Row) -> Execution:
@@ -205,6 +210,33 @@ class Decoder:
             skipped=r["skipped_count"],
             skipped_last=d.decode_time(r["skipped_last"]),
         )
+
+
+def _task_maker() -> Callable[..., Task]:
+    """A Task from its field values, in field order, at a fraction of ``Task(...)``'s
+    cost: a frozen dataclass's ``__init__`` sets each of Task's 51 fields through
+    ``object.__setattr__`` (~8 µs a task here), and a claim decodes a task for every run.
+    An unfrozen twin with the same slots is filled the plain way (~1 µs), then given
+    Task's class: the very object ``Task(...)`` makes, still frozen from then on. Where
+    the runtime refuses the class change, Task itself is used."""
+    names = [f.name for f in dataclasses.fields(Task)]
+    twin = dataclasses.make_dataclass("_TaskBeingDecoded", [(n, Any) for n in names], slots=True)
+    if twin.__slots__ != Task.__slots__:  # type: ignore[attr-defined]
+        return Task
+
+    def make(*values: Any) -> Task:
+        task = twin(*values)
+        task.__class__ = Task
+        return cast(Task, task)
+
+    try:
+        make(*range(len(names)))
+    except TypeError:
+        return Task
+    return make
+
+
+_new_task = _task_maker()
 
 
 def header(r: Row) -> TaskHeader:
