@@ -134,7 +134,7 @@ class Decoder:
         d = self.dialect
         time = self.time
         optional_time = d.decode_time
-        # Positional, in Task's field order (tests/test_store_undecodable.py pins it).
+        # Positional, in Task's field order (tests/test_task_decoding.py pins it).
         return _new_task(
             int(r["id"]),
             r["name"],
