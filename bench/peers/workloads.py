@@ -4,7 +4,7 @@ deadline passed: then the figures say how many ran)."""
 
 from __future__ import annotations
 
-import os
+import contextlib
 import subprocess
 import sys
 import time
@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.peers.systems import System
+from bench.sparse import cpu_seconds
 from bench.tickwork_bench import ROOT, Run, drop, fresh_store, lateness_ms, pct
 
 WORKERS = 2
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _launch(run: Run, system: System, count: int = WORKERS) -> None:
@@ -25,15 +25,13 @@ def _launch(run: Run, system: System, count: int = WORKERS) -> None:
 
 
 def _cpu_s(run: Run) -> float:
-    """User + system CPU of the worker processes so far (read before they are stopped)."""
-    total = 0
+    """User + system CPU of the worker processes so far (read before they are stopped;
+    a process already gone counts nothing)."""
+    total = 0.0
     for p in run.procs:
-        try:
-            fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        except (OSError, IndexError):
-            pass
-    return total / TICKS
+        with contextlib.suppress(OSError, IndexError):
+            total += cpu_seconds(p.pid)
+    return total
 
 
 def _ran(starts: list[tuple[int, float]]) -> int:
