@@ -181,6 +181,31 @@ def test_a_call_that_binds_is_accepted() -> None:
     check_call(definition(dict), [1, 2, 3], {"anything": 1})  # unreadable signature: unchecked
 
 
+def test_a_form_of_call_once_accepted_lets_no_other_form_through() -> None:
+    """Accepted forms (context, positional count, keyword names) are remembered per
+    function; a different form, or the same under another context setting, is checked."""
+
+    def job(ctx: Context, to: str, subject: str = "hello") -> None: ...
+
+    check_call(definition(job), [], {"to": "a"})
+    check_call(definition(job), [], {"to": "b"})  # remembered
+    assert refusal(job, [], {}).value == "to"
+    assert refusal(job, [], {"to": "a", "cc": "b"}).value == "cc"
+    assert refusal(job, ["a", "b", "c"], {}).field == "args"
+    assert refusal(job, [], {"to": "a"}, context=False).value == "ctx"  # no context: ctx is missing
+
+
+def test_the_forms_remembered_per_function_are_bounded() -> None:
+    from tickwork.binding import ACCEPTED_FORMS, _shape_of
+
+    def job(ctx: Context, **named: Any) -> None: ...
+
+    for i in range(ACCEPTED_FORMS * 2):
+        check_call(definition(job), [], {f"name{i}": i})
+    shape = _shape_of(job)
+    assert shape is not None and len(shape.accepted) == ACCEPTED_FORMS
+
+
 def test_a_missing_keyword_names_kwargs_and_the_parameter() -> None:
     error = refusal(send_email, [], {"subject": "s"})
     assert (error.field, error.value) == ("kwargs", "to")

@@ -56,8 +56,9 @@ def test_what_an_insert_returns_is_what_the_store_reads_back_for_every_option(st
         queue="reports", lock="db", max_running=2, rate_limit="10/m",
     )  # fmt: skip
     every = NewTask(NAME, [], {}, Kind.RECURRING, at, at, interval=0.25)
+    keyless = dataclasses.replace(full, key=None)  # streamed in (copy_rows), not through insert_tasks
     alone = store.insert_tasks([dataclasses.replace(full, key="alone")])  # schedule()'s one-statement path
-    for task in [*store.insert_tasks([full, every]), *alone]:
+    for task in [*store.insert_tasks([full, every, keyless]), *alone]:
         assert store.get_task(task.id) == task
         assert task.scheduled_at.utcoffset() == timedelta(0)
 
@@ -143,3 +144,46 @@ def test_a_batch_takes_its_keys_in_key_order_so_two_batches_never_deadlock(pg_ur
         assert {t.key for t in got} == {"a", "b"}
     finally:
         store.close()
+
+
+def test_keyed_and_keyless_tasks_in_one_chunk_keep_their_order_and_ids(store: Store) -> None:
+    """Keyless tasks and keyed ones go in by different statements: each result still
+    sits at its item's place, a held key still answers with its holder."""
+    [held] = store.insert_tasks([new(store, {"n": 0}, key="held")])
+    batch = [new(store, {"n": 1}), new(store, {"n": 2}, key="held"), new(store, {"n": 3}, key="fresh")]
+    batch += [new(store, {"n": 4})]
+    got = store.insert_tasks(batch)
+    assert [t.existed for t in got] == [False, True, False, False]
+    assert [t.kwargs for t in got] == [{"n": 1}, {"n": 0}, {"n": 3}, {"n": 4}]
+    assert got[1].id == held.id
+    fresh = [got[0].id, got[2].id, got[3].id]
+    assert fresh == sorted(fresh) and held.id not in fresh
+    for task in (got[0], got[2], got[3]):
+        assert store.get_task(task.id) == task
+
+
+Scalar = (str, int, float, bool, type(None))
+
+
+@pytest.mark.parametrize("given", [[1, "two", 3.5, True, None], [(1, 2)], [{"inner": [1]}], [[1], {"a": "b"}]])
+def test_schedule_many_returns_the_arguments_as_stored_never_the_callers_objects(store_url: str, given: Any) -> None:
+    """Flat arguments are returned as checked, without decoding their text; anything
+    nested comes back decoded (tuples as lists), never an object the caller still holds."""
+    from tickwork import App
+
+    app = App(store_url)
+    try:
+
+        @app.task(name=NAME)
+        def job(*args: Any, **kwargs: Any) -> None: ...
+
+        kwargs = {f"k{i}": value for i, value in enumerate(given)}
+        [task] = app.schedule_many([{"task": NAME, "args": given, "kwargs": kwargs, "delay": 3600}])
+        stored = app.get(task.id)
+        assert task.args == stored.args and task.kwargs == stored.kwargs
+        assert task.args is not given and task.kwargs is not kwargs
+        containers = [(mine, got) for mine, got in zip(given, task.args, strict=True) if not isinstance(got, Scalar)]
+        assert all(got is not mine for mine, got in containers)
+        assert all(task.kwargs[key] is not kwargs[key] for key in kwargs if not isinstance(kwargs[key], Scalar))
+    finally:
+        app.close()

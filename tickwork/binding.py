@@ -107,7 +107,19 @@ def check_call(definition: Definition, args: Sequence[Any], kwargs: Mapping[str,
     shape = _shape_of(definition.func)
     if shape is None:
         return
+    # Whether a call binds depends only on how many positional arguments it gives and
+    # which names: a bulk schedule of one task checks each such form once.
+    form = (definition.options.context, len(args), frozenset(kwargs))
+    if form in shape.accepted:
+        return
     _Binding(definition, shape, list(args), dict(kwargs)).check()
+    if len(shape.accepted) < ACCEPTED_FORMS:
+        shape.accepted.add(form)
+
+
+ACCEPTED_FORMS = 64
+"""Forms of call remembered per function: enough for any real task, bounded for one
+given a new keyword name per call."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +131,8 @@ class _Shape:
     positional: tuple[inspect.Parameter, ...]
     var_positional: bool
     var_keyword: bool
+    accepted: set[tuple[bool, int, frozenset[Any]]] = dataclasses.field(default_factory=set, compare=False)
+    """Forms of call (context, positional count, keyword names) already checked and bound."""
 
 
 def _shape_of(func: Callable[..., Any]) -> _Shape | None:

@@ -17,13 +17,19 @@ MAX_DEPTH = 100
 """Deepest nesting accepted in arguments and results (the encoder recurses)."""
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
 def dumps(value: Any) -> str:
-    """Compact, deterministic JSON."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    """Compact, deterministic JSON (one encoder for every call: ``json.dumps`` with
+    options builds a new one each time)."""
+    return _ENCODER.encode(value)
 
 
 def check_json(field: str, value: Any) -> None:
     """Raise ``InvalidInput`` naming the path of the first part that is not plain JSON."""
+    if _plain(value, 0):
+        return
     problem = _find_problem(field, value)
     if problem is not None:
         path, bad, reason = problem
@@ -54,6 +60,38 @@ def _text_problem(text: str) -> str | None:
         except UnicodeEncodeError:
             return "not valid Unicode (a lone surrogate)"
     return None
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def is_flat(value: list[Any] | dict[str, Any]) -> bool:
+    """Whether every element of ``value`` is of exactly one of JSON's scalar types: a copy
+    of it then equals what decoding its JSON text gives, type for type."""
+    elements = value.values() if type(value) is dict else value
+    return all(type(element) in _SCALARS for element in elements)
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """The common case, checked quickly: only exact JSON types, text any store keeps,
+    finite floats, within ``MAX_DEPTH``. False sends the value to ``_find_problem``,
+    which also accepts subclasses and tuples and names what is wrong."""
+    kind = type(value)
+    if kind is str:
+        return (value.isascii() and "\x00" not in value) or _text_problem(value) is None
+    if kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if depth >= MAX_DEPTH:
+        return False
+    if kind is list:
+        return all(_plain(element, depth + 1) for element in value)
+    if kind is dict:
+        return all(
+            type(key) is str and _plain(key, depth) and _plain(element, depth + 1) for key, element in value.items()
+        )
+    return False
 
 
 def _find_problem(path: str, value: Any) -> tuple[str, Any, str] | None:

@@ -313,12 +313,15 @@ class Encoded:
     args: list[Any]
     kwargs: dict[str, Any]
     text: tuple[str, str]
+    flat: bool = False
+    """Every argument is a str, int, float, bool or None (exactly those types): the
+    values are then what decoding ``text`` gives, and a store need not decode it."""
 
     def text_of(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str] | None:
         return self.text if args is self.args and kwargs is self.kwargs else None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class NewTask:
     """A validated task to insert; the client API builds these, the store only writes."""
 

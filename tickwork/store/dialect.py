@@ -34,11 +34,19 @@ class Session(Protocol):
 
     def execute(self, query: str, params: Mapping[str, Any]) -> int: ...
 
-    def insert_rows(self, query: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    def insert_rows(self, query: str, rows: Sequence[Mapping[str, Any]]) -> int:
         """Insert ``rows`` (JSON-ready values keyed by column) with ``query``, the cheapest
         way the store takes many: PostgreSQL as one statement over one JSON array (the
         server unpacks it faster than a driver sends a statement per row), SQLite one
-        statement per row (in-process: a loop costs no round trips)."""
+        statement per row (in-process: a loop costs no round trips). Returns how many
+        rows went in (a conflict's ``DO NOTHING`` inserts none)."""
+        ...
+
+    def copy_rows(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Write ``rows`` (values in ``query``'s column order, as the store's own types)
+        that cannot conflict with any stored row: PostgreSQL streams them with ``COPY``
+        (no statement to plan, and the server parses while the client still encodes),
+        SQLite runs ``query`` once per row."""
         ...
 
 

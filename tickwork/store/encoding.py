@@ -55,6 +55,24 @@ def task_row(d: Dialect, new: NewTask, task_id: int | None, now: datetime) -> di
     }
 
 
+def task_values(d: Dialect, new: NewTask, task_id: int, now: datetime) -> tuple[Any, ...]:
+    """One row of ``copy_tasks``: ``task_row``'s values in the order of ``id,
+    {{new_task_columns}}`` (queries.sql), times as the store's own values. Positional, for
+    the bulk write of tasks that hold no key (a COPY on PostgreSQL)."""
+    text = new.encoded.text_of(new.args, new.kwargs) if new.encoded is not None else None
+    args, kwargs = text if text is not None else (dumps(new.args), dumps(new.kwargs))
+    encode_time = d.encode_time
+    created = encode_time(now)
+    return (
+        task_id, new.name, args, kwargs, new.key, new.kind.value, new.cron, new.timezone, new.interval,
+        encode_time(new.scheduled_at), encode_time(new.next_run_at), "PENDING", new.misfire.value,
+        new.misfire_grace, new.jitter, new.timeout, new.max_retries, new.retry_backoff, new.priority,
+        new.max_catchup, new.overlap.value, new.parent_id, new.on_lost.value, new.max_runtime,
+        encode_time(new.until), new.max_runs, new.origin, encode_time(new.declared_at), new.max_lost, new.queue,
+        new.lock, new.max_running, new.rate_limit, created, created,
+    )  # fmt: skip
+
+
 def _json_time(d: Dialect, moment: datetime | None) -> Any:
     """A time as a JSON value the store's column takes: ISO text where the store keeps
     times as timestamps, the store's own number otherwise."""

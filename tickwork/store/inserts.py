@@ -19,7 +19,7 @@ from tickwork.errors import QueueFull
 from tickwork.model import NewTask, Status, Task
 from tickwork.store import encoding
 from tickwork.store.dialect import Dialect, Session, notify
-from tickwork.store.rows import Decoder
+from tickwork.store.rows import Decoder, build_task
 
 INSERT_CHUNK = 5000
 """Tasks per ``insert_tasks`` statement: a bulk schedule is one transaction of statements
@@ -75,16 +75,28 @@ def _one(d: Dialect, s: Session, new: NewTask, now: datetime) -> tuple[list[int]
 
 
 def _many(d: Dialect, s: Session, tasks: Sequence[NewTask], now: datetime) -> tuple[list[int], set[int]]:
-    """Each task's id (taken first) and the ids that went in, a chunk per statement."""
+    """Each task's id (taken first) and the ids that went in, a chunk per statement: the
+    tasks that hold no key, which nothing can conflict with, streamed in (``copy_rows``);
+    the keyed ones through ``insert_tasks``, read back only when some key was held."""
     ids: list[int] = []
     inserted_ids: set[int] = set()
     for start in range(0, len(tasks), INSERT_CHUNK):
         chunk = tasks[start : start + INSERT_CHUNK]
-        chunk_ids = [int(r["id"]) for r in s.fetch_all("allocate_task_ids", {"n": len(chunk)})]
-        s.insert_rows(
-            "insert_tasks", [encoding.task_row(d, new, i, now) for new, i in zip(chunk, chunk_ids, strict=True)]
-        )
-        inserted_ids.update(int(r["id"]) for r in s.fetch_all("inserted_task_ids", {"ids": d.encode_ids(chunk_ids)}))
+        taken = s.fetch_one("allocate_task_ids", {"n": len(chunk)})
+        chunk_ids = sorted(int(i) for i in d.decode_json(taken["ids"])) if taken is not None else []
+        keyless = [(new, i) for new, i in zip(chunk, chunk_ids, strict=True) if new.key is None]
+        keyed = [(new, i) for new, i in zip(chunk, chunk_ids, strict=True) if new.key is not None]
+        if keyless:
+            s.copy_rows("copy_tasks", [encoding.task_values(d, new, i, now) for new, i in keyless])
+            inserted_ids.update(i for _, i in keyless)
+        if keyed:
+            went_in = s.insert_rows("insert_tasks", [encoding.task_row(d, new, i, now) for new, i in keyed])
+            keyed_ids = [i for _, i in keyed]
+            if went_in == len(keyed):
+                inserted_ids.update(keyed_ids)
+            else:
+                found = s.fetch_all("inserted_task_ids", {"ids": d.encode_ids(keyed_ids)})
+                inserted_ids.update(int(r["id"]) for r in found)
         ids += chunk_ids
     return ids, inserted_ids
 
@@ -93,11 +105,17 @@ def as_inserted(new: NewTask, task_id: int, now: datetime) -> Task:
     """The row ``insert_tasks`` wrote for ``new``, as ``get_task`` would read it: its
     columns are the task's own values and the table's defaults, so nothing is read back
     (reading 5,000 rows back cost as much as inserting them). tests/test_bulk_insert.py
-    compares it with the stored row on every store."""
-    text = new.encoded.text_of(new.args, new.kwargs) if new.encoded is not None else None
-    args, kwargs = text if text is not None else (dumps(new.args), dumps(new.kwargs))
-    return Task(
-        id=task_id, name=new.name, args=json.loads(args), kwargs=json.loads(kwargs), key=new.key, kind=new.kind,
+    compares it with the stored row on every store. Arguments checked as flat JSON
+    (``Encoded.flat``) are already what decoding their text gives: they are not decoded."""
+    encoded = new.encoded
+    text = encoded.text_of(new.args, new.kwargs) if encoded is not None else None
+    if text is not None and encoded is not None and encoded.flat:
+        args, kwargs = new.args, new.kwargs
+    else:
+        args_text, kwargs_text = text if text is not None else (dumps(new.args), dumps(new.kwargs))
+        args, kwargs = json.loads(args_text), json.loads(kwargs_text)
+    return build_task(
+        id=task_id, name=new.name, args=args, kwargs=kwargs, key=new.key, kind=new.kind,
         cron=new.cron, timezone=new.timezone, interval=new.interval, scheduled_at=_utc(new.scheduled_at),
         next_run_at=_utc(new.next_run_at), status=Status.PENDING, misfire=new.misfire,
         misfire_grace=new.misfire_grace, jitter=new.jitter, timeout=new.timeout, max_retries=new.max_retries,

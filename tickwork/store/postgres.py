@@ -165,8 +165,14 @@ class _Session:
         self._cur.execute(self._texts[query], params)
         return self._cur.rowcount
 
-    def insert_rows(self, query: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    def insert_rows(self, query: str, rows: Sequence[Mapping[str, Any]]) -> int:
         self._cur.execute(self._texts[query], {"rows": json.dumps(rows, separators=(",", ":"))})
+        return self._cur.rowcount
+
+    def copy_rows(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self._cur.copy(self._texts[query]) as copy:
+            for row in rows:
+                copy.write_row(row)
 
 
 class PostgresDialect:

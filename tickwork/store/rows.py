@@ -7,12 +7,12 @@ tickwork) raises ``UndecodableRow``, which names the table, the column and the r
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
+from tickwork import frozen
 from tickwork.errors import StoreError
 from tickwork.model import (
     Claim,
@@ -135,7 +135,7 @@ class Decoder:
         time = self.time
         optional_time = d.decode_time
         # Positional, in Task's field order (tests/test_task_decoding.py pins it).
-        return _new_task(
+        return build_task(
             int(r["id"]),
             r["name"],
             d.decode_json(r["args"]),
@@ -212,31 +212,9 @@ class Decoder:
         )
 
 
-def _task_maker() -> Callable[..., Task]:
-    """A Task from its field values, in field order, at a fraction of ``Task(...)``'s
-    cost: a frozen dataclass's ``__init__`` sets each of Task's 51 fields through
-    ``object.__setattr__`` (~8 µs a task here), and a claim decodes a task for every run.
-    An unfrozen twin with the same slots is filled the plain way (~1 µs), then given
-    Task's class: the very object ``Task(...)`` makes, still frozen from then on. Where
-    the runtime refuses the class change, Task itself is used."""
-    names = [f.name for f in dataclasses.fields(Task)]
-    twin = dataclasses.make_dataclass("_TaskBeingDecoded", [(n, Any) for n in names], slots=True)
-    if twin.__slots__ != Task.__slots__:  # type: ignore[attr-defined]
-        return Task
-
-    def make(*values: Any) -> Task:
-        task = twin(*values)
-        task.__class__ = Task
-        return cast(Task, task)
-
-    try:
-        make(*range(len(names)))
-    except TypeError:
-        return Task
-    return make
-
-
-_new_task = _task_maker()
+build_task = frozen.constructor(Task)
+"""``Task(...)``, by position or by name, for the paths that make a Task per row
+(tickwork/frozen.py)."""
 
 
 def header(r: Row) -> TaskHeader:

@@ -51,7 +51,10 @@ class _Session:
     def execute(self, query: str, params: Mapping[str, Any]) -> int:
         return self._conn.execute(self._texts[query], params).rowcount
 
-    def insert_rows(self, query: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    def insert_rows(self, query: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        return self._conn.executemany(self._texts[query], rows).rowcount
+
+    def copy_rows(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
         self._conn.executemany(self._texts[query], rows)
 
 

@@ -84,11 +84,12 @@ WHERE u.at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM lane WHERE lane.at < u.at)
 ORDER BY u.at LIMIT :ahead;
 
 -- name: allocate_task_ids
--- Ids for the tasks one insert_tasks adds (see postgres.sql): the next ones after the
+-- Ids for the tasks one insert_tasks adds, as one JSON array (see postgres.sql): the next ones after the
 -- table's AUTOINCREMENT counter, which no other writer moves while this transaction
 -- holds the file's write lock.
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :n)
-SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tickwork_tasks'), 0) + i AS id FROM n ORDER BY 1;
+SELECT json_group_array(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tickwork_tasks'), 0) + i) AS ids
+FROM n;
 
 -- name: insert_tasks
 -- One task of a batch (Session.insert_rows runs it once per row, in order): a key a live
@@ -102,6 +103,12 @@ VALUES (
     :created_at, :created_at)
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'PAUSED')
 DO NOTHING;
+
+-- name: copy_tasks
+-- One task that holds no key (Session.copy_rows runs it once per row), its values in the
+-- order of encoding.task_values.
+INSERT INTO tickwork_tasks (id, {{new_task_columns}})
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_task
 -- One task (schedule()), its id from AUTOINCREMENT; no row returned when a live task
