@@ -17,7 +17,7 @@ from tickwork.node.claims import Claimer
 from tickwork.node.health import StoreHealth
 from tickwork.node.settings import NodeSettings
 from tickwork.store.base import NewTask
-from tickwork.wakeup import Wakeup
+from tickwork.wakeup import Rang, Wakeup
 
 POLL = 5.0
 
@@ -113,11 +113,11 @@ def test_a_full_node_sleeps_the_poll_interval_without_asking(
     assert store.reads == 0
 
 
-def test_the_alarm_tells_a_freed_slot_from_news() -> None:
+def test_the_alarm_tells_a_freed_slot_from_news_and_from_the_time_running_out() -> None:
     alarm = Wakeup()
     alarm.slot_freed()
-    assert alarm.wait(0) is False  # rang, but nothing new is due because of it
+    assert alarm.wait(0) is Rang.SLOT_FREED  # rang, but nothing new is due because of it
     alarm.slot_freed()
     alarm.set()
-    assert alarm.wait(0) is True
-    assert alarm.wait(0) is False  # reset by the wait
+    assert alarm.wait(0) is Rang.NEWS
+    assert alarm.wait(0) is Rang.TIMEOUT  # reset by the wait

@@ -18,7 +18,7 @@ from datetime import datetime
 from tickwork.clock import utcnow
 from tickwork.context import Context
 from tickwork.events import Events, for_outcome
-from tickwork.model import ErrorInfo, ExecutionStatus, Outcome, Overlap, Status
+from tickwork.model import ErrorInfo, ExecutionStatus, Outcome, Overlap, Status, Task
 from tickwork.node.executor import Executor
 from tickwork.node.outcomes import RunResult, cancelled_result, outcome_for
 from tickwork.node.recorder import Recorder
@@ -48,7 +48,7 @@ class Runner:
         renew: Callable[[Run], bool],
         locks: NodeLocks | None = None,
         monitor_wake: threading.Event | None = None,
-        on_forget: Callable[[], None] = lambda: None,
+        on_forget: Callable[[bool], None] = lambda limited: None,
         on_due_again: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         unowned_after: float | None = None,
@@ -225,4 +225,9 @@ class Runner:
             log.exception("could not release the Redis locks of %d runs; they expire with their TTL", len(runs))
         finally:
             self.runs.forget(runs)
-            self.on_forget()
+            self.on_forget(any(_limited(run.claim.task) for run in runs))
+
+
+def _limited(task: Task) -> bool:
+    """Whether a limit other tasks may wait on governs ``task``."""
+    return task.lock is not None or task.max_running is not None or task.rate_limit is not None

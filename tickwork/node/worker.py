@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from tickwork import validate
 from tickwork.errors import InvalidInput, NodeError
@@ -51,7 +52,7 @@ from tickwork.node.slots import Prefetch, RunTable, RunThreads
 from tickwork.node.stats import NO_STATS, NodeStats
 from tickwork.registry import Isolation, Registry
 from tickwork.store.base import Store
-from tickwork.wakeup import Wakeup
+from tickwork.wakeup import Rang, Wakeup
 
 log = logging.getLogger("tickwork.worker")
 
@@ -128,7 +129,7 @@ class Worker:
         self.runner = Runner(
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
-            monitor_wake=self.leases.wake, on_forget=self.wakeup.slot_freed, on_due_again=self.wakeup.set,
+            monitor_wake=self.leases.wake, on_forget=self._run_forgotten, on_due_again=self.wakeup.set,
             clock=clock, unowned_after=settings.lease * LEASE_SAFETY,
         )  # fmt: skip
         self.reconciler = ReconcilerLoop(
@@ -141,6 +142,9 @@ class Worker:
         self._stopping, self._monitor_stop = threading.Event(), threading.Event()
         self._threads: list[threading.Thread] = []
         self._failed: tuple[str, BaseException] | None = None
+        self._drained_at: datetime | None = None
+        """When the last claim that left slots idle was asked (None: the last claim
+        filled every slot, or news came since)."""
         self.started, self.stopped = threading.Event(), threading.Event()
 
     # -- public ---------------------------------------------------------------------
@@ -256,12 +260,38 @@ class Worker:
             # the next claims for a while): do not spin on them.
             return self.settings.poll_interval, False
         if got.claimed == free:
+            self._drained_at = None
             return None  # every slot filled: more may be due
+        self._drained_at = got.asked_at
         return self.claimer.sleep_for(free - got.claimed, got.asked_at), True
 
     def _wait(self, seconds: float) -> None:
-        if self.wakeup.wait(seconds):
-            self.claimer.forget_upcoming()
+        """Sleep ``seconds`` unless woken. A slot freed after a claim that took everything
+        then claimable (``_drained_at``) does not end the sleep: no task is due until
+        the next due time after that claim, so the sleep runs on to it, and the run's
+        end costs no claim. A node with many idle nodes beside it on sparse work thus
+        asks the store once per due instant, not once more per finished run."""
+        while True:
+            rang = self.wakeup.wait(seconds)
+            if rang is Rang.NEWS:
+                self._drained_at = None
+                self.claimer.forget_upcoming()
+                return
+            if rang is Rang.TIMEOUT or self._drained_at is None:
+                return
+            free = self.concurrency + self.prefetch.extra() - self.running
+            seconds = self.claimer.sleep_for(free, self._drained_at)
+            if seconds <= 0 or free <= 0:
+                return
+
+    def _run_forgotten(self, limited: bool) -> None:
+        """A run left its slot. One whose task a limit (``lock``, ``max_running``,
+        ``rate_limit``) governs may release tasks that limit held back, which no due time
+        announces: that is news, and the node claims again."""
+        if limited:
+            self.wakeup.set()
+        else:
+            self.wakeup.slot_freed()
 
     def _check_threads(self) -> None:
         if self._failed is not None:
