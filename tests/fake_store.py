@@ -168,7 +168,11 @@ class FakeStore:
     def close(self) -> None:
         """Nothing to release; the fake stays usable, as a closed SQLite store does."""
 
-    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
+    def announce_due(self) -> None:
+        with self._lock:
+            self._notify("due")
+
+    def listen(self, on_notify: Callable[[str], None], stop: threading.Event, elect: Any = None) -> None:
         """Deliver what the PostgreSQL store NOTIFYs, on the caller's thread (a node's
         listener thread, as in production), until ``stop`` is set. Registered before the
         opening ``""``, so nothing announced after it is missed."""

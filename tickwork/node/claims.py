@@ -72,6 +72,9 @@ class Claimer:
         self._failing_since = 0.0
         self._upcoming: list[datetime] = []  # due times still ahead, earliest first (sleep_for)
         self._upcoming_read = float("-inf")
+        self.watch_due = True
+        """False while another node keeps the due times (tickwork/node/pacing.py): this
+        one then sleeps the poll interval between claims, woken by news."""
 
     def claim(self, free: int) -> Round | None:
         """Claim up to ``free`` due tasks; None when the store failed (the caller pauses
@@ -162,7 +165,7 @@ class Claimer:
         ago = (self.store.approximate_now() - began).total_seconds()
         return max(sent, self.clock() - ago - CLOCK_ESTIMATE_MARGIN_S)
 
-    def sleep_for(self, idle_slots: int, claimed_at: datetime | None = None) -> float:
+    def sleep_for(self, idle_slots: int, claimed_at: datetime | None = None, *, read_when_out: bool = True) -> float:
         """Until the next due task (capped by poll_interval); idle slots make it worth asking.
 
         A task that was already due when a claim that left slots idle was made was passed
@@ -174,12 +177,13 @@ class Claimer:
         The due times come from ``upcoming``: read once, slept through one after another,
         read again once they run out, once a poll interval has passed (what other
         processes add to SQLite, which cannot notify, is found that late at worst, as
-        before) or once ``forget_upcoming`` says they may be stale."""
+        before) or once ``forget_upcoming`` says they may be stale. ``read_when_out=False``:
+        not read again merely because they ran out (a full keeper's watch)."""
         cap = self.settings.poll_interval
-        if idle_slots <= 0:
-            return cap  # a finishing run wakes us
+        if idle_slots <= 0 or not self.watch_due:
+            return cap  # a finishing run wakes us; a follower is called on when needed
         try:
-            due = self._next_due(claimed_at)
+            due = self._next_due(claimed_at, read_when_out)
         except Exception:
             log.exception("next_due_at failed")
             return cap
@@ -196,13 +200,14 @@ class Claimer:
         """What is due may have changed (a NOTIFY, work scheduled here, runs given back or
         recovered): the next sleep asks the store again."""
         self._upcoming = []
+        self._upcoming_read = float("-inf")
 
-    def _next_due(self, claimed_at: datetime | None) -> datetime | None:
+    def _next_due(self, claimed_at: datetime | None, read_when_out: bool = True) -> datetime | None:
         """The first due time later than ``claimed_at`` (any, when None): from the due
         times read last, unless none is left or they are a poll interval old."""
         if self.clock() - self._upcoming_read <= self.settings.poll_interval:
             due = self._first_after(claimed_at)
-            if due is not None:
+            if due is not None or not read_when_out:
                 return due
         self._upcoming = self.store.upcoming_due(self.names, self.queues, UPCOMING)
         self._upcoming_read = self.clock()

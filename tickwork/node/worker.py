@@ -26,7 +26,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime
 
 from tickwork import validate
 from tickwork.errors import InvalidInput, NodeError
@@ -39,6 +38,7 @@ from tickwork.node.executor import Executor
 from tickwork.node.health import StoreHealth
 from tickwork.node.isolation import prepare
 from tickwork.node.leases import LEASE_SAFETY, Leases
+from tickwork.node.pacing import Pacer
 from tickwork.node.pruner import Pruner
 from tickwork.node.reconciler import ReconcilerLoop
 from tickwork.node.recorder import Recorder
@@ -52,7 +52,8 @@ from tickwork.node.slots import Prefetch, RunTable, RunThreads
 from tickwork.node.stats import NO_STATS, NodeStats
 from tickwork.registry import Isolation, Registry
 from tickwork.store.base import Store
-from tickwork.wakeup import Rang, Wakeup
+from tickwork.store.dialect import Election
+from tickwork.wakeup import Wakeup
 
 log = logging.getLogger("tickwork.worker")
 
@@ -124,12 +125,14 @@ class Worker:
             store, self.node_id, self.names, settings, self.health, queues=self.queues,
             locks=locks, known=self.runs.execution_ids, clock=clock,
         )  # fmt: skip
+        free = lambda: self.concurrency + self.prefetch.extra() - self.running  # noqa: E731
+        self.pacer = Pacer(self.claimer, store, self.wakeup, free, settings.poll_interval)
         self.executor = Executor(settings.max_payload)
         self.recorder: Recorder[Run] = Recorder(store, self.node_id, lambda done: self.runner.written(done), stats)
         self.runner = Runner(
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
-            monitor_wake=self.leases.wake, on_forget=self._run_forgotten, on_due_again=self.wakeup.set,
+            monitor_wake=self.leases.wake, on_forget=self.pacer.run_forgotten, on_due_again=self.wakeup.set,
             clock=clock, unowned_after=settings.lease * LEASE_SAFETY,
         )  # fmt: skip
         self.reconciler = ReconcilerLoop(
@@ -142,9 +145,6 @@ class Worker:
         self._stopping, self._monitor_stop = threading.Event(), threading.Event()
         self._threads: list[threading.Thread] = []
         self._failed: tuple[str, BaseException] | None = None
-        self._drained_at: datetime | None = None
-        """When the last claim that left slots idle was asked (None: the last claim
-        filled every slot, or news came since)."""
         self.started, self.stopped = threading.Event(), threading.Event()
 
     # -- public ---------------------------------------------------------------------
@@ -159,7 +159,8 @@ class Worker:
         self.recorder.start()
         self._start("tickwork-monitor", self._supervised("monitor", self.leases.monitor_main))
         self._start("tickwork-reconcile", lambda: self.reconciler.main(self._monitor_stop))
-        self._start("tickwork-listen", lambda: self.store.listen(self._on_notify, self._monitor_stop))
+        elect = Election(self._group(), self.pacer.on_role)
+        self._start("tickwork-listen", lambda: self.store.listen(self._on_notify, self._monitor_stop, elect))
         self.stats.slots(self.concurrency)
         self._log_started()
         self.started.set()
@@ -211,6 +212,10 @@ class Worker:
 
         return body
 
+    def _group(self) -> str:
+        """The nodes that share a keeper: those claiming the same task names and queues."""
+        return f"{','.join(sorted(self.names))}|{','.join(sorted(self.queues))}"
+
     def _on_notify(self, payload: str) -> None:
         """Another process changed something: work may be due now, or a running task's
         cancellation was requested (the monitor renews at once and so learns of it)."""
@@ -229,7 +234,7 @@ class Worker:
                 continue
             seconds, wakeable = pause
             if wakeable:
-                self._wait(seconds)
+                self.pacer.wait(seconds)
             else:
                 self._stopping.wait(seconds)  # new work must not cut this short: it would spin
 
@@ -248,7 +253,7 @@ class Worker:
             return self.settings.poll_interval, True
         if free <= 0:
             self._autoscale()
-            return self.claimer.sleep_for(0), True
+            return self.pacer.when_full()
         if self.locks is not None and not self.locks.may_start():
             return self.settings.poll_interval, True  # redis_mode="required" and Redis is down
         got = self.claimer.claim(free)
@@ -259,39 +264,7 @@ class Worker:
             # Redis down in required mode, or all locked by live nodes (left out of
             # the next claims for a while): do not spin on them.
             return self.settings.poll_interval, False
-        if got.claimed == free:
-            self._drained_at = None
-            return None  # every slot filled: more may be due
-        self._drained_at = got.asked_at
-        return self.claimer.sleep_for(free - got.claimed, got.asked_at), True
-
-    def _wait(self, seconds: float) -> None:
-        """Sleep ``seconds`` unless woken. A slot freed after a claim that took everything
-        then claimable (``_drained_at``) does not end the sleep: no task is due until
-        the next due time after that claim, so the sleep runs on to it, and the run's
-        end costs no claim. A node with many idle nodes beside it on sparse work thus
-        asks the store once per due instant, not once more per finished run."""
-        while True:
-            rang = self.wakeup.wait(seconds)
-            if rang is Rang.NEWS:
-                self._drained_at = None
-                self.claimer.forget_upcoming()
-                return
-            if rang is Rang.TIMEOUT or self._drained_at is None:
-                return
-            free = self.concurrency + self.prefetch.extra() - self.running
-            seconds = self.claimer.sleep_for(free, self._drained_at)
-            if seconds <= 0 or free <= 0:
-                return
-
-    def _run_forgotten(self, limited: bool) -> None:
-        """A run left its slot. One whose task a limit (``lock``, ``max_running``,
-        ``rate_limit``) governs may release tasks that limit held back, which no due time
-        announces: that is news, and the node claims again."""
-        if limited:
-            self.wakeup.set()
-        else:
-            self.wakeup.slot_freed()
+        return self.pacer.after_claim(got, free)
 
     def _check_threads(self) -> None:
         if self._failed is not None:

@@ -37,6 +37,7 @@ from tickwork.model import (
     Task,
     TaskHeader,
 )
+from tickwork.store.dialect import Election
 from tickwork.store.insights import NameStats, NameStatsReport, QueueSample, RunningTask, RunPage, Throughput
 from tickwork.store.queues import LimitFacts, QueueInfo
 
@@ -392,11 +393,19 @@ class Store(Protocol):
         """RUNNING tasks by the node holding their lease (then id), at most ``limit``."""
         ...
 
-    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
+    def listen(self, on_notify: Callable[[str], None], stop: threading.Event, elect: Election | None = None) -> None:
         """Block until ``stop`` is set, calling ``on_notify(payload)`` for each change
         another process announced ("due": work may be due now; "cancel": a running
         task's cancellation was requested; "": listening (re)started, look for
-        yourself). Stores without notifications return at once: nodes then poll."""
+        yourself). Stores without notifications return at once: nodes then poll.
+        ``elect``: stand for the keeper role of ``elect.group`` while listening, telling
+        ``elect.on_role`` whether this node holds it (stores without notifications
+        elect no keeper: every node watches its due times)."""
+        ...
+
+    def announce_due(self) -> None:
+        """Wake every listening node: tasks are due that this node cannot take now (a
+        keeper whose slots are full). Nothing, where nodes are not notified."""
         ...
 
     def is_transient(self, exc: BaseException) -> bool:

@@ -11,6 +11,7 @@ set-based statement each, SQLite as one statement per row inside a write transac
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -112,11 +113,24 @@ class Dialect(Protocol):
 
     def encode_ids(self, ids: Sequence[int]) -> Any: ...
 
-    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None: ...
+    def listen(
+        self, on_notify: Callable[[str], None], stop: threading.Event, elect: Election | None = None
+    ) -> None: ...
 
     def is_transient(self, exc: BaseException) -> bool: ...
 
     def close(self) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Election:
+    """A node's part in electing its group's keeper: the one node of those claiming the
+    same tasks that wakes for each due time (tickwork/node/worker.py). ``on_role`` hears
+    True (this node is keeper), False (another is) or None (unknown: the listening
+    connection is down, so the node watches due times itself)."""
+
+    group: str
+    on_role: Callable[[bool | None], None]
 
 
 def notify(dialect: Dialect, s: Session, payload: str) -> None:

@@ -221,6 +221,13 @@ SELECT id FROM tickwork_tasks WHERE id = :id FOR UPDATE;
 -- name: clock
 SELECT clock_timestamp() AS now;
 
+-- name: take_keeper
+-- The keeper role of a group of nodes (those claiming the same task names and queues):
+-- a session-level advisory lock on the node's listening connection, held until that
+-- connection ends (the node stops, dies or loses the server). Its own class of key, so
+-- it never meets a limit's or the pruner's lock.
+SELECT pg_try_advisory_lock(1953063791, hashtext(:group)) AS taken;
+
 -- name: notify
 -- Delivered when the transaction commits, to every node listening on any host.
 SELECT pg_notify('tickwork', :payload);

@@ -29,7 +29,7 @@ from tickwork.model import (
 )  # fmt: skip
 from tickwork.store import edits, encoding, inserts, insights, retention
 from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
-from tickwork.store.dialect import Dialect, Row, Session, iter_statements, notify
+from tickwork.store.dialect import Dialect, Election, Row, Session, iter_statements, notify
 from tickwork.store.queues import QueueOps
 from tickwork.store.rows import Decoder, header
 from tickwork.store.runs import Runs, queue_params
@@ -63,8 +63,13 @@ class SQLStore(QueueOps):
     def close(self) -> None:
         self.dialect.close()
 
-    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
-        self.dialect.listen(on_notify, stop)
+    def listen(self, on_notify: Callable[[str], None], stop: threading.Event, elect: Election | None = None) -> None:
+        self.dialect.listen(on_notify, stop, elect)
+
+    def announce_due(self) -> None:
+        if self.dialect.notifies:
+            with self.dialect.single() as s:
+                notify(self.dialect, s, "due")
 
     def is_transient(self, exc: BaseException) -> bool:
         return self.dialect.is_transient(exc)

@@ -23,7 +23,7 @@ from tickwork.clock import utcnow
 from tickwork.codec import dumps
 from tickwork.errors import StoreError
 from tickwork.store import queries
-from tickwork.store.dialect import HotPath, Row, iter_statements
+from tickwork.store.dialect import Election, HotPath, Row, iter_statements
 from tickwork.store.hot import RowByRow
 
 BUSY_TIMEOUT_S = 30.0
@@ -193,8 +193,9 @@ class SQLiteDialect:
     def is_transient(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError)
 
-    def listen(self, on_notify: Callable[[str], None], stop: threading.Event) -> None:
-        """No notifications on an embedded file: nodes find work by their timed polls."""
+    def listen(self, on_notify: Callable[[str], None], stop: threading.Event, elect: Election | None = None) -> None:
+        """No notifications on an embedded file: nodes find work by their timed polls,
+        and each watches the due times itself (no keeper)."""
 
     def close(self) -> None:
         with self._lock:

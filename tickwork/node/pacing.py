@@ -1,0 +1,115 @@
+"""When the poll loop asks the store for work, and how long it sleeps in between.
+
+Two rules keep sparse work cheap (one claim per due instant, across all the nodes):
+
+* A node whose last claim left slots idle took everything then claimable, and knows
+  when its next task is due (``Claimer.sleep_for``). A slot freed by a finished run
+  does not make it ask again: it sleeps on to that due time. News (work scheduled here,
+  a NOTIFY, a result that makes its task due again, a run whose end may free a limit)
+  does make it ask.
+* Of the nodes claiming the same tasks, one (the keeper, elected through the store:
+  ``Store.listen``'s ``elect``) wakes for each due time; the others (followers) sleep
+  the poll interval, woken by news. The keeper calls on them (``Store.announce_due``)
+  when a claim comes back full after one that was not (more is due than it can take),
+  or when a due time passes while its slots are full. Where no keeper is elected
+  (SQLite, or the keeper's connection is down), every node watches the due times itself.
+  A keeper that freezes delays due work by at most the followers' poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from tickwork.node.claims import Claimer, Round
+from tickwork.store.base import Store
+from tickwork.wakeup import Rang, Wakeup
+
+log = logging.getLogger("tickwork.worker")
+
+Pause = tuple[float, bool]
+"""How long to sleep, and whether new work may end the sleep early."""
+
+
+class Pacer:
+    def __init__(
+        self, claimer: Claimer, store: Store, wakeup: Wakeup, free_slots: Callable[[], int], poll_interval: float
+    ) -> None:
+        self.claimer, self.store, self.wakeup = claimer, store, wakeup
+        self.free_slots, self.poll_interval = free_slots, poll_interval
+        self.role: bool | None = None
+        """True: this node is its group's keeper; False: another node is; None: no keeper
+        is known (this node watches the due times itself)."""
+        self._drained_at: datetime | None = None
+        """When the last claim that left slots idle was asked (None: the last claim
+        filled every slot, or news came since)."""
+        self._passed_at: datetime | None = None
+        """Due times at or before this were claimed, or announced by this keeper."""
+
+    def on_role(self, role: bool | None) -> None:
+        """The store's election says who keeps the due times (on the listening thread)."""
+        if role == self.role:
+            return
+        if role is not None or self.role is not None:
+            log.info("this node is %s", {True: "its group's keeper", False: "a follower", None: "its own keeper"}[role])
+        self.role = role
+        self.claimer.watch_due = role is not False
+        if role is not False:
+            self.wakeup.set()  # watch the due times from now on
+
+    def after_claim(self, got: Round, free: int) -> Pause | None:
+        """The pause after a claim round for ``free`` slots (None: claim again at once)."""
+        self._passed_at = got.asked_at
+        if got.claimed == free:
+            if self.role is True and self._drained_at is not None:
+                self._announce()  # more is due than the keeper can take: call on the others
+            self._drained_at = None
+            return None  # every slot filled: more may be due
+        self._drained_at = got.asked_at
+        return self.claimer.sleep_for(free - got.claimed, got.asked_at), True
+
+    def when_full(self) -> Pause:
+        """The pause when no slot is free. A keeper still watches the due times (from the
+        times it has, read again once a poll interval old): one that passes while it is
+        full is announced, once, for the others to take."""
+        if self.role is not True:
+            return self.claimer.sleep_for(0), True
+        wait = self.claimer.sleep_for(1, self._passed_at, read_when_out=False)
+        if wait > 0:
+            return wait, True
+        self._announce()
+        self._passed_at = self.store.approximate_now()
+        return self.claimer.sleep_for(1, self._passed_at, read_when_out=False), True
+
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds`` unless woken. A slot freed after a claim that took everything
+        then claimable does not end the sleep: no task is due until the next due time
+        after that claim, so the sleep runs on to it, and the run's end costs no claim."""
+        while True:
+            rang = self.wakeup.wait(seconds)
+            if rang is Rang.NEWS:
+                self._drained_at = None
+                self.claimer.forget_upcoming()
+                return
+            if rang is Rang.TIMEOUT or self._drained_at is None:
+                return
+            free = self.free_slots()
+            seconds = self.claimer.sleep_for(free, self._drained_at)
+            if seconds <= 0 or free <= 0:
+                return
+
+    def run_forgotten(self, limited: bool) -> None:
+        """A run left its slot. One whose task a limit (``lock``, ``max_running``,
+        ``rate_limit``) governs may release tasks that limit held back, which no due time
+        announces: that is news, and the node claims again."""
+        if limited:
+            self.wakeup.set()
+        else:
+            self.wakeup.slot_freed()
+
+    def _announce(self) -> None:
+        try:
+            self.store.announce_due()
+        except Exception as exc:  # the followers still poll: late, not lost
+            log.warning("could not call on the other nodes (%s); they find the work by polling", type(exc).__name__)
