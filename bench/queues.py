@@ -1,12 +1,14 @@
-"""Claim cost against what else the table holds: W1 (20,000 due no-op tasks, 2 node
+"""Claim cost against what else the tables hold: W1 (20,000 due no-op tasks, 2 node
 processes serving the queue "default", executions per second from launch to the last
-start) in a table that also holds 1,000,000 tasks of that queue not due for a day and
+start) in tables that also hold 1,000,000 tasks of that queue not due for a day,
 100,000 due tasks of two other queues (same task name: only the queue keeps the nodes
-from them), as a ratio to W1 on an empty table. Rounds alternate empty and full, so a
-drift of the machine's speed falls on both alike.
+from them) and 1,000,000 executions of ended one-time tasks from the last 30 days
+(bench/retention_data.py, within the retention: nothing for the pruner), as a ratio to
+W1 on empty tables. Rounds alternate empty and full, so a drift of the machine's speed
+falls on both alike.
 
     .venv/bin/python -m bench.queues [--stores sqlite,skip_locked,optimistic] [--rounds 3]
-        [--future 1000000] [--other 100000]
+        [--future 1000000] [--other 100000] [--executions 1000000]
 
 The extra rows are written with SQL straight into the migrated store, then analyzed.
 PostgreSQL: a fresh database per measurement on $BENCH_PG's server.
@@ -23,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
+from bench import retention_data
 from bench.tickwork_bench import LABELS, w1
 from tickwork.store import open_store
 
@@ -41,12 +44,16 @@ SELECT :name, 'ONE_TIME', :at, :at + g, 'PENDING', :queue, :at, :at FROM n
 """
 
 
-def fill(url: str, future: int, other: int) -> None:
-    """``future`` tasks of "default" due in a day, ``other`` due ones split over two queues."""
+def fill(url: str, future: int, other: int, executions: int = 0) -> None:
+    """``executions`` ended runs of as many one-time tasks (first: they take the first
+    ids), ``future`` tasks of "default" due in a day, ``other`` due ones split over two
+    queues."""
     store = open_store(url)
     store.migrate()
     store.close()
     now = datetime.now(UTC)
+    if executions:
+        retention_data.generate(url, executions, executions, cutoff=now)
     batches = [
         ("default", now + timedelta(days=1), future),
         ("reports", now - timedelta(minutes=5), other // 2),
@@ -77,9 +84,10 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--future", type=int, default=1_000_000)
     parser.add_argument("--other", type=int, default=100_000)
+    parser.add_argument("--executions", type=int, default=1_000_000)
     args = parser.parse_args()
-    prepare = partial(fill, future=args.future, other=args.other)
-    full_table = f"+{args.future:,} not due, +{args.other:,} due elsewhere"
+    prepare = partial(fill, future=args.future, other=args.other, executions=args.executions)
+    full_table = f"+{args.future:,} not due, +{args.other:,} due elsewhere, +{args.executions:,} executions"
     print(f"| store | W1 exec/s, empty table | W1 exec/s, {full_table} | ratio |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:

@@ -121,3 +121,32 @@ def test_the_alarm_tells_a_freed_slot_from_news_and_from_the_time_running_out() 
     alarm.set()
     assert alarm.wait(0) is Rang.NEWS
     assert alarm.wait(0) is Rang.TIMEOUT  # reset by the wait
+
+
+class AheadStore(CountingStore):
+    """A store whose clock runs 5 ms behind the node's estimate of it (the estimate is a
+    local clock plus an offset measured under load)."""
+
+    AHEAD = timedelta(milliseconds=5)
+
+    def approximate_now(self) -> datetime:
+        return super().approximate_now() + self.AHEAD
+
+
+def test_a_claim_passes_over_only_what_the_store_saw_as_due(clock: DrivenClock) -> None:
+    from tickwork.node.claims import CLOCK_SLACK_S
+
+    store = AheadStore(clock)
+    settings = NodeSettings(poll_interval=POLL, lease=30.0)
+    claimer = Claimer(store, "n1", ["t.job"], settings, StoreHealth(30.0, clock.monotonic), clock=clock.monotonic)
+    due_in(store, clock, 0.0)
+    taken = claimer.claim(4)
+    assert taken is not None and taken.claimed == 1
+    # the store's clock was seen 5 ms behind the estimate; the task taken was due by then
+    assert taken.seen_at == clock.now()  # the task taken was due then, by the store's clock
+    due_in(store, clock, 0.003)  # due by the estimate, not yet by the store's clock
+    missed = claimer.claim(4)
+    assert missed is not None and missed.claimed == 0
+    assert missed.seen_at == missed.asked_at - AheadStore.AHEAD - timedelta(seconds=CLOCK_SLACK_S)
+    # not passed over: the node asks again as soon as it may be due for the store
+    assert claimer.sleep_for(4, missed.seen_at) == 0.0

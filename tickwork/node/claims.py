@@ -35,6 +35,13 @@ FAILURE_LOG_EVERY = 30
 """While claims keep failing, one log line per this many failures after the first."""
 # How far this node's estimate of the store's clock may be off (half a round trip).
 CLOCK_ESTIMATE_MARGIN_S = 0.1
+CLOCK_SLACK_S = 0.001
+"""Added to the store clock's lag behind this node's estimate of it (``Round.seen_at``)."""
+MAX_CLOCK_LAG_S = 1.0
+"""The most of that lag a claim counts (a claim that waited long on a lock says little)."""
+CLOCK_LAG_DECAY = 0.9
+"""Per claim with rows, what is left of the largest lag seen: it follows the estimate's
+error as the estimate is refreshed."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +55,9 @@ class Round:
     leased_at: float
     asked_at: datetime
     took: float
+    seen_at: datetime
+    """The store-clock time at or before which every due task was visible to the claim:
+    one it did not take was held elsewhere (``sleep_for`` passes its due time over)."""
 
 
 class Claimer:
@@ -72,6 +82,7 @@ class Claimer:
         self._failing_since = 0.0
         self._upcoming: list[datetime] = []  # due times still ahead, earliest first (sleep_for)
         self._upcoming_read = float("-inf")
+        self._clock_lag = 0.0  # how far behind this node's estimate the store's clock was seen (s)
         self.watch_due = True
         """False while another node keeps the due times (tickwork/node/pacing.py): this
         one then sleeps the poll interval between claims, woken by news."""
@@ -100,7 +111,23 @@ class Claimer:
         self.failures = 0
         tokens, refused = self._lock(claims)
         kept = [(c, tokens.get(c.execution_id)) for c in claims if c.execution_id not in refused]
-        return Round(kept, len(claims), self._lease_start(claims, started), asked_at, took)
+        seen_at = self._seen_at(claims, asked_at)
+        return Round(kept, len(claims), self._lease_start(claims, started), asked_at, took, seen_at)
+
+    def _seen_at(self, claims: list[Claim], asked_at: datetime) -> datetime:
+        """What the claim saw as due, on the store's clock: ``asked_at`` (this node's
+        estimate of that clock) less how far behind the estimate the store's clock was
+        lately seen (claimed rows say it: their leases began on the store's clock), and
+        at least the latest due time among the tasks it took (an earlier one it did not
+        take was due then too: held elsewhere). A time the estimate says has come may not
+        have come for the store yet: passing it over would leave its task to the next poll."""
+        expiries = [c.task.lease_expires_at for c in claims if c.task.lease_expires_at is not None]
+        if expiries:
+            began = min(expiries) - timedelta(seconds=self.settings.lease)
+            behind = min((asked_at - began).total_seconds(), MAX_CLOCK_LAG_S)
+            self._clock_lag = max(behind, self._clock_lag * CLOCK_LAG_DECAY)
+        seen = asked_at - timedelta(seconds=max(0.0, self._clock_lag) + CLOCK_SLACK_S)
+        return max(seen, *(c.task.next_run_at for c in claims)) if claims else seen
 
     def error_pause(self) -> float:
         """How long to wait after the ``failures``-th failed round in a row."""

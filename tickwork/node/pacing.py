@@ -60,14 +60,14 @@ class Pacer:
 
     def after_claim(self, got: Round, free: int) -> Pause | None:
         """The pause after a claim round for ``free`` slots (None: claim again at once)."""
-        self._passed_at = got.asked_at
+        self._passed_at = got.seen_at
         if got.claimed == free:
             if self.role is True and self._drained_at is not None:
                 self._announce()  # more is due than the keeper can take: call on the others
             self._drained_at = None
             return None  # every slot filled: more may be due
-        self._drained_at = got.asked_at
-        return self.claimer.sleep_for(free - got.claimed, got.asked_at), True
+        self._drained_at = got.seen_at
+        return self.claimer.sleep_for(free - got.claimed, got.seen_at), True
 
     def when_full(self) -> Pause:
         """The pause when no slot is free. A keeper still watches the due times (from the

@@ -125,8 +125,7 @@ class Worker:
             store, self.node_id, self.names, settings, self.health, queues=self.queues,
             locks=locks, known=self.runs.execution_ids, clock=clock,
         )  # fmt: skip
-        free = lambda: self.concurrency + self.prefetch.extra() - self.running  # noqa: E731
-        self.pacer = Pacer(self.claimer, store, self.wakeup, free, settings.poll_interval)
+        self.pacer = Pacer(self.claimer, store, self.wakeup, self._free_slots, settings.poll_interval)
         self.executor = Executor(settings.max_payload)
         self.recorder: Recorder[Run] = Recorder(store, self.node_id, lambda done: self.runner.written(done), stats)
         self.runner = Runner(
@@ -184,6 +183,9 @@ class Worker:
             self.concurrency, scaling, ", ".join(self.queues) or "none", len(self.names), names or "none",
             extra={"node_id": self.node_id, "slots": self.concurrency, "tasks": self.names, "queues": self.queues},
         )  # fmt: skip
+
+    def _free_slots(self) -> int:
+        return self.concurrency + self.prefetch.extra() - self.running
 
     def stop(self) -> None:
         """Ask the node to shut down gracefully (thread-safe, returns at once)."""

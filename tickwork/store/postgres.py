@@ -31,6 +31,7 @@ from tickwork.errors import StoreError
 from tickwork.store import queries
 from tickwork.store.dialect import Election, HotPath, Row, iter_statements
 from tickwork.store.hot import SetBased
+from tickwork.store.pg_listen import Listener
 from tickwork.store.pg_loading import loads_json, rows_past_infinity
 from tickwork.urls import masked, scrubbed
 
@@ -40,13 +41,6 @@ STATEMENT_TIMEOUT_MS = 30_000
 LOCK_TIMEOUT_MS = 5_000
 # A pool can hold several connections the server dropped at once: try that many + 1.
 BEGIN_ATTEMPTS = 12
-CHANNEL = "tickwork"
-# How long one wait for notifications lasts: a stop, or a keeper role to try for, is
-# looked at this often.
-LISTEN_TURN_S = 0.5
-# How often a node that is not its group's keeper tries for the role: how soon another
-# takes over from a keeper that stopped or lost its connection.
-KEEPER_RETRY_S = 1.0
 # How often the estimate of the database clock is refreshed (see PostgresDialect.now).
 CLOCK_REFRESH_S = 30.0
 _PLACEHOLDER = re.compile(r"(?<![:\w]):(?!:)(\w+)")
@@ -376,48 +370,7 @@ class PostgresDialect:
         return state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_STATES
 
     def listen(self, on_notify: Callable[[str], None], stop: threading.Event, elect: Election | None = None) -> None:
-        """Call ``on_notify(payload)`` for each notification until ``stop`` is set.
-
-        A lost connection is re-established with backoff; ``on_notify("")`` is called
-        whenever listening (re)starts, since notifications sent meanwhile are lost and
-        the node must look for itself. ``elect``: this connection also stands for its
-        group's keeper role (``take_keeper``), tried at once and every
-        ``KEEPER_RETRY_S`` until held; the role ends with the connection.
-        """
-        backoff = 0.1
-        while not stop.is_set():
-            try:
-                with psycopg.connect(self.url, autocommit=True, **self.connect_kwargs) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    backoff = 0.1
-                    on_notify("")
-                    self._listen_on(conn, on_notify, stop, elect)
-            except Exception:
-                log.warning("listening for notifications failed; polling until reconnected", exc_info=True)
-                if elect is not None:
-                    elect.on_role(None)
-                on_notify("")
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-        if elect is not None:
-            elect.on_role(None)
-
-    def _listen_on(
-        self,
-        conn: psycopg.Connection[Any],
-        on_notify: Callable[[str], None],
-        stop: threading.Event,
-        elect: Election | None,
-    ) -> None:
-        keeper, next_try = False, 0.0
-        while not stop.is_set():
-            if elect is not None and not keeper and time.monotonic() >= next_try:
-                row = conn.execute(self.texts["take_keeper"], {"group": elect.group}).fetchone()
-                keeper = bool(row and row[0])
-                elect.on_role(keeper)
-                next_try = time.monotonic() + KEEPER_RETRY_S
-            for notification in conn.notifies(timeout=LISTEN_TURN_S):
-                on_notify(notification.payload)
+        Listener(self.url, self.connect_kwargs, self.texts["take_keeper"]).run(on_notify, stop, elect)
 
     def close(self) -> None:
         self.pool.close()

@@ -1,0 +1,74 @@
+"""A node's listening connection to PostgreSQL: the NOTIFYs of other processes, and the
+keeper role of its group of nodes (tickwork/node/pacing.py), which that connection holds
+as a session advisory lock for as long as it lives."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import psycopg
+
+from tickwork.store.dialect import Election
+
+log = logging.getLogger("tickwork.store.postgres")
+
+CHANNEL = "tickwork"
+LISTEN_TURN_S = 0.5
+"""How long one wait for notifications lasts: a stop, or a keeper role to try for, is
+looked at this often."""
+KEEPER_RETRY_S = 1.0
+"""How often a node that is not its group's keeper tries for the role: how soon another
+takes over from a keeper that stopped or lost its connection."""
+
+
+class Listener:
+    def __init__(self, url: str, connect_kwargs: Mapping[str, Any], take_keeper: str) -> None:
+        self.url, self.connect_kwargs, self.take_keeper = url, connect_kwargs, take_keeper
+
+    def run(self, on_notify: Callable[[str], None], stop: threading.Event, elect: Election | None) -> None:
+        """Call ``on_notify(payload)`` for each notification until ``stop`` is set.
+
+        A lost connection is re-established with backoff; ``on_notify("")`` is called
+        whenever listening (re)starts, since notifications sent meanwhile are lost and
+        the node must look for itself. ``elect``: this connection also stands for its
+        group's keeper role (``take_keeper``), tried at once and every
+        ``KEEPER_RETRY_S`` until held; the role ends with the connection.
+        """
+        backoff = 0.1
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, **self.connect_kwargs) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    backoff = 0.1
+                    on_notify("")
+                    self._listen_on(conn, on_notify, stop, elect)
+            except Exception:
+                log.warning("listening for notifications failed; polling until reconnected", exc_info=True)
+                if elect is not None:
+                    elect.on_role(None)
+                on_notify("")
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+        if elect is not None:
+            elect.on_role(None)
+
+    def _listen_on(
+        self,
+        conn: psycopg.Connection[Any],
+        on_notify: Callable[[str], None],
+        stop: threading.Event,
+        elect: Election | None,
+    ) -> None:
+        keeper, next_try = False, 0.0
+        while not stop.is_set():
+            if elect is not None and not keeper and time.monotonic() >= next_try:
+                row = conn.execute(self.take_keeper, {"group": elect.group}).fetchone()
+                keeper = bool(row and row[0])
+                elect.on_role(keeper)
+                next_try = time.monotonic() + KEEPER_RETRY_S
+            for notification in conn.notifies(timeout=LISTEN_TURN_S):
+                on_notify(notification.payload)
