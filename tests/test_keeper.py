@@ -145,6 +145,27 @@ def test_a_full_keeper_calls_on_the_others_when_a_due_time_passes(
         client.close()
 
 
+def test_a_follower_wakes_for_the_due_times_its_own_results_set(
+    pg_url: str, nodes: list[Node], release: threading.Event
+) -> None:
+    """A recurring task run by a follower: its next slot is set by the follower's own
+    result, which no NOTIFY announces, so the follower itself wakes for it."""
+    keeper = start(nodes, pg_url, release, concurrency=1)
+    assert wait_for(lambda: keeper.role is True, timeout=10)
+    client = make_app(pg_url, release)
+    try:
+        busy = client.schedule("k.blocks")  # the keeper's one slot, held: the follower runs the rest
+        assert wait_for(lambda: client.get(busy.id).status is Status.RUNNING, timeout=10)
+        follower = start(nodes, pg_url, release)
+        assert wait_for(lambda: follower.role is False, timeout=10)
+        recurring = client.schedule("k.noop", every=0.3)
+        assert wait_for(lambda: len(client.executions(recurring.id)) >= 4, timeout=10)  # not one per POLL
+        assert {run.node for run in client.executions(recurring.id)} == {follower.worker.node_id}
+    finally:
+        release.set()
+        client.close()
+
+
 def test_a_keeper_whose_claim_comes_back_full_calls_on_the_others(
     pg_url: str, nodes: list[Node], release: threading.Event
 ) -> None:

@@ -82,6 +82,7 @@ class Claimer:
         self._failing_since = 0.0
         self._upcoming: list[datetime] = []  # due times still ahead, earliest first (sleep_for)
         self._upcoming_read = float("-inf")
+        self._expected: list[datetime] = []  # due times this node's own results set (expect)
         self._clock_lag = 0.0  # how far behind this node's estimate the store's clock was seen (s)
         self.watch_due = True
         """False while another node keeps the due times (tickwork/node/pacing.py): this
@@ -207,21 +208,33 @@ class Claimer:
         before) or once ``forget_upcoming`` says they may be stale. ``read_when_out=False``:
         not read again merely because they ran out (a full keeper's watch)."""
         cap = self.settings.poll_interval
-        if idle_slots <= 0 or not self.watch_due:
-            return cap  # a finishing run wakes us; a follower is called on when needed
+        if idle_slots <= 0:
+            return cap  # a finishing run wakes us
         try:
-            due = self._next_due(claimed_at, read_when_out)
+            due = self._next_due(claimed_at, read_when_out) if self.watch_due else None
         except Exception:
             log.exception("next_due_at failed")
             return cap
+        own = self._expected_after(claimed_at)
+        if own is not None and (due is None or own < due):
+            due = own
         if due is None:
-            return cap
+            return cap  # a follower is called on when needed
         wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))
         if wait == 0.0 and self.locked_elsewhere:
             # The due task may be one left out as locked elsewhere: retry when it may
             # be free (new work still wakes us), rather than spin on it.
             wait = min(cap, max(0.0, min(self.locked_elsewhere.values()) - self.clock()))
         return wait
+
+    def expect(self, times: list[datetime]) -> None:
+        """Due times this node's own results set: watched even by a follower."""
+        self._expected = sorted({*self._expected, *times})[:UPCOMING]
+
+    def _expected_after(self, claimed_at: datetime | None) -> datetime | None:
+        if claimed_at is not None:
+            self._expected = [t for t in self._expected if t > claimed_at]
+        return self._expected[0] if self._expected else None
 
     def forget_upcoming(self) -> None:
         """What is due may have changed (a NOTIFY, work scheduled here, runs given back or

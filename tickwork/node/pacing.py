@@ -9,9 +9,11 @@ Two rules keep sparse work cheap (one claim per due instant, across all the node
   does make it ask.
 * Of the nodes claiming the same tasks, one (the keeper, elected through the store:
   ``Store.listen``'s ``elect``) wakes for each due time; the others (followers) sleep
-  the poll interval, woken by news. The keeper calls on them (``Store.announce_due``)
-  when a claim comes back full after one that was not (more is due than it can take),
-  or when a due time passes while its slots are full. Where no keeper is elected
+  the poll interval, woken by news and by the due times their own results set (a
+  recurring task's next slot, a retry: nothing announces those to the keeper). The
+  keeper calls on them (``Store.announce_due``) when a claim comes back full after one
+  that was not (more is due than it can take), or when a due time passes while its
+  slots are full. Where no keeper is elected
   (SQLite, or the keeper's connection is down), every node watches the due times itself.
   A keeper that freezes delays due work by at most the followers' poll interval.
 """
@@ -98,6 +100,13 @@ class Pacer:
             seconds = self.claimer.sleep_for(free, self._drained_at)
             if seconds <= 0 or free <= 0:
                 return
+
+    def due_again(self, times: list[datetime]) -> None:
+        """Results written here left their tasks PENDING, due at ``times`` (a recurring
+        task's next slot, a retry): news, and times this node watches even as a
+        follower, since no NOTIFY tells the keeper of them."""
+        self.claimer.expect(times)
+        self.wakeup.set()
 
     def run_forgotten(self, limited: bool) -> None:
         """A run left its slot. One whose task a limit (``lock``, ``max_running``,

@@ -49,7 +49,7 @@ class Runner:
         locks: NodeLocks | None = None,
         monitor_wake: threading.Event | None = None,
         on_forget: Callable[[bool], None] = lambda limited: None,
-        on_due_again: Callable[[], None] = lambda: None,
+        on_due_again: Callable[[list[datetime]], None] = lambda times: None,
         clock: Callable[[], float] = time.monotonic,
         unowned_after: float | None = None,
     ) -> None:
@@ -204,8 +204,9 @@ class Runner:
         for run in runs:
             run.advance(RunState.DONE)
         self.forget(runs)
-        if any(applied and outcome.task_status is Status.PENDING for _, outcome, applied in results):
-            self.on_due_again()
+        again = [o.next_run_at for _, o, applied in results if applied and o.task_status is Status.PENDING]
+        if again:
+            self.on_due_again(again)
         events = self.events
         for run, outcome, applied in results:
             if applied:  # a stale write (False) and one never written (None): the recorder told

@@ -131,7 +131,7 @@ class Worker:
         self.runner = Runner(
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
-            monitor_wake=self.leases.wake, on_forget=self.pacer.run_forgotten, on_due_again=self.wakeup.set,
+            monitor_wake=self.leases.wake, on_forget=self.pacer.run_forgotten, on_due_again=self.pacer.due_again,
             clock=clock, unowned_after=settings.lease * LEASE_SAFETY,
         )  # fmt: skip
         self.reconciler = ReconcilerLoop(
