@@ -7,36 +7,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
 from tests.conftest import wait_for
+from tests.test_sparse_claims import counting
 from tickwork import App, Context, Status
 from tickwork.node.worker import Worker
 
 POLL = 30.0
 
 
-class CountingStore:
-    def __init__(self, store: Any) -> None:
-        self._store = store
-        self.claims = 0
-
-    def claim(self, *args: Any, **kwargs: Any) -> Any:
-        self.claims += 1
-        return self._store.claim(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-
 class Node:
     def __init__(self, url: str, concurrency: int, release: threading.Event) -> None:
         self.app = make_app(url, release)
         self.worker: Worker = self.app.worker(concurrency=concurrency)
-        self.store = CountingStore(self.worker.claimer.store)
-        self.worker.claimer.store = self.store  # type: ignore[assignment]
+        self.store = counting(self.worker)
         self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False})
         self.thread.start()
         assert self.worker.started.wait(10)
@@ -126,17 +112,24 @@ def test_a_keeper_that_stops_is_replaced(pg_url: str, nodes: list[Node], release
         client.close()
 
 
+def busy_keeper_and_follower(nodes: list[Node], url: str, release: threading.Event, client: App) -> Node:
+    """A keeper of one slot, held by a run that waits for ``release``, and a follower
+    beside it (returned): what comes due now is the follower's to run."""
+    keeper = start(nodes, url, release, concurrency=1)
+    assert wait_for(lambda: keeper.role is True, timeout=10)
+    busy = client.schedule("k.blocks")
+    assert wait_for(lambda: client.get(busy.id).status is Status.RUNNING, timeout=10)
+    follower = start(nodes, url, release)
+    assert wait_for(lambda: follower.role is False, timeout=10)
+    return follower
+
+
 def test_a_full_keeper_calls_on_the_others_when_a_due_time_passes(
     pg_url: str, nodes: list[Node], release: threading.Event
 ) -> None:
-    keeper = start(nodes, pg_url, release, concurrency=1)
-    assert wait_for(lambda: keeper.role is True, timeout=10)
     client = make_app(pg_url, release)
     try:
-        busy = client.schedule("k.blocks")
-        assert wait_for(lambda: client.get(busy.id).status is Status.RUNNING, timeout=10)
-        follower = start(nodes, pg_url, release)
-        assert wait_for(lambda: follower.role is False, timeout=10)
+        follower = busy_keeper_and_follower(nodes, pg_url, release, client)
         due = client.schedule("k.noop", at=client.store.now() + timedelta(seconds=0.5))
         assert wait_for(lambda: client.get(due.id).status is Status.COMPLETED, timeout=10)  # well within POLL
         assert [run.node for run in client.executions(due.id)] == [follower.worker.node_id]
@@ -150,14 +143,9 @@ def test_a_follower_wakes_for_the_due_times_its_own_results_set(
 ) -> None:
     """A recurring task run by a follower: its next slot is set by the follower's own
     result, which no NOTIFY announces, so the follower itself wakes for it."""
-    keeper = start(nodes, pg_url, release, concurrency=1)
-    assert wait_for(lambda: keeper.role is True, timeout=10)
     client = make_app(pg_url, release)
     try:
-        busy = client.schedule("k.blocks")  # the keeper's one slot, held: the follower runs the rest
-        assert wait_for(lambda: client.get(busy.id).status is Status.RUNNING, timeout=10)
-        follower = start(nodes, pg_url, release)
-        assert wait_for(lambda: follower.role is False, timeout=10)
+        follower = busy_keeper_and_follower(nodes, pg_url, release, client)
         recurring = client.schedule("k.noop", every=0.3)
         assert wait_for(lambda: len(client.executions(recurring.id)) >= 4, timeout=10)  # not one per POLL
         assert {run.node for run in client.executions(recurring.id)} == {follower.worker.node_id}

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_for
+from tests.test_worker import Node as WorkerNode
 from tickwork import App, Context, Status
 from tickwork.node.worker import Worker
 
@@ -34,19 +35,25 @@ class CountingStore:
         return getattr(self._store, name)
 
 
-class Node:
-    def __init__(self, app: App, concurrency: int) -> None:
-        self.worker: Worker = app.worker(concurrency=concurrency)
-        self.store = CountingStore(self.worker.claimer.store)
-        self.worker.claimer.store = self.store  # type: ignore[assignment]
-        self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False})
-        self.thread.start()
-        assert self.worker.started.wait(10)
+def counting(worker: Worker) -> CountingStore:
+    """Count the claims ``worker`` makes (set before it starts)."""
+    store = CountingStore(worker.claimer.store)
+    worker.claimer.store = store  # type: ignore[assignment]
+    return store
 
-    def stop(self) -> None:
-        self.worker.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
+
+class Node(WorkerNode):
+    def __init__(self, app: App, concurrency: int) -> None:
+        self.store: CountingStore | None = None
+        super().__init__(app, concurrency, prepare=self._count)
+
+    def _count(self, worker: Worker) -> None:
+        self.store = counting(worker)
+
+    @property
+    def claims(self) -> int:
+        assert self.store is not None
+        return self.store.claims
 
 
 @pytest.fixture
@@ -77,13 +84,13 @@ def test_sparse_runs_cost_one_claim_per_due_instant_not_one_more_per_finished_ru
     n, gap = 30, 0.04
     node = Node(app, concurrency=4)
     try:
-        wait_for(lambda: node.store.claims >= 1)  # the first claim, on start
-        before = node.store.claims
+        wait_for(lambda: node.claims >= 1)  # the first claim, on start
+        before = node.claims
         now = app.store.now()
         items = [{"task": "t.noop", "at": now + timedelta(seconds=0.3 + i * gap)} for i in range(n)]
         ids = [t.id for t in app.schedule_many(items)]  # one wake-up for all
         assert wait_for(lambda: done(app, ids), timeout=20)
-        claims = node.store.claims - before
+        claims = node.claims - before
     finally:
         node.stop()
     # One claim per instant, and one for the news of the schedule (a wake a hair early

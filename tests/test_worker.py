@@ -7,7 +7,7 @@ import dataclasses
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -15,11 +15,14 @@ import pytest
 
 from tests.conftest import wait_for
 from tickwork import App, Context, ExecutionStatus, InvalidState, Status
+from tickwork.node.worker import Worker
 
 
 class Node:
-    def __init__(self, app: App, concurrency: int = 4) -> None:
+    def __init__(self, app: App, concurrency: int = 4, prepare: Callable[[Worker], None] | None = None) -> None:
         self.worker = app.worker(concurrency=concurrency)
+        if prepare is not None:
+            prepare(self.worker)  # before any of its threads starts
         self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False})
         self.thread.start()
         assert self.worker.started.wait(10)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -83,6 +84,7 @@ class Claimer:
         self._upcoming: list[datetime] = []  # due times still ahead, earliest first (sleep_for)
         self._upcoming_read = float("-inf")
         self._expected: list[datetime] = []  # due times this node's own results set (expect)
+        self._expected_lock = threading.Lock()
         self._clock_lag = 0.0  # how far behind this node's estimate the store's clock was seen (s)
         self.watch_due = True
         """False while another node keeps the due times (tickwork/node/pacing.py): this
@@ -228,13 +230,16 @@ class Claimer:
         return wait
 
     def expect(self, times: list[datetime]) -> None:
-        """Due times this node's own results set: watched even by a follower."""
-        self._expected = sorted({*self._expected, *times})[:UPCOMING]
+        """Due times this node's own results set (on the recorder's thread): watched even
+        by a follower."""
+        with self._expected_lock:
+            self._expected = sorted({*self._expected, *times})[:UPCOMING]
 
     def _expected_after(self, claimed_at: datetime | None) -> datetime | None:
-        if claimed_at is not None:
-            self._expected = [t for t in self._expected if t > claimed_at]
-        return self._expected[0] if self._expected else None
+        with self._expected_lock:
+            if claimed_at is not None:
+                self._expected = [t for t in self._expected if t > claimed_at]
+            return self._expected[0] if self._expected else None
 
     def forget_upcoming(self) -> None:
         """What is due may have changed (a NOTIFY, work scheduled here, runs given back or

@@ -13,9 +13,9 @@ Two rules keep sparse work cheap (one claim per due instant, across all the node
   recurring task's next slot, a retry: nothing announces those to the keeper). The
   keeper calls on them (``Store.announce_due``) when a claim comes back full after one
   that was not (more is due than it can take), or when a due time passes while its
-  slots are full. Where no keeper is elected
-  (SQLite, or the keeper's connection is down), every node watches the due times itself.
-  A keeper that freezes delays due work by at most the followers' poll interval.
+  slots are full. Where no keeper is elected (SQLite, or the listening connection is
+  down), every node watches the due times itself. A keeper that freezes delays due work
+  by at most the followers' poll interval.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ class Pacer:
         if role == self.role:
             return
         if role is not None or self.role is not None:
-            log.info("this node is %s", {True: "its group's keeper", False: "a follower", None: "its own keeper"}[role])
+            shown = {True: "is its group's keeper", False: "is a follower", None: "watches its due times itself"}
+            log.info("this node %s", shown[role])
         self.role = role
         self.claimer.watch_due = role is not False
         if role is not False:
