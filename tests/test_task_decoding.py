@@ -68,3 +68,26 @@ def test_a_decoded_task_is_a_task_like_any_other() -> None:
     assert dataclasses.replace(task, version=99).version == 99
     with pytest.raises(dataclasses.FrozenInstanceError):
         task.version = 1  # type: ignore[misc]
+
+
+def test_an_outcome_and_a_new_task_built_cheaply_are_like_any_other() -> None:
+    """tickwork/frozen.py's constructor for the other classes built once per row or run:
+    the same object as the class's own ``__init__`` makes, frozen, defaults filled."""
+    from datetime import UTC, datetime
+
+    from tickwork import frozen
+    from tickwork.model import ExecutionStatus, Kind, NewTask, Outcome, Status
+
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    values = dict(
+        task_id=1, fence=2, execution_id=3, status=ExecutionStatus.COMPLETED, task_status=Status.COMPLETED,
+        scheduled_at=at, next_run_at=at, attempt=0, triggered=False, finished_at=at, result={"x": 1},
+    )  # fmt: skip
+    outcome = frozen.constructor(Outcome)(**values)
+    assert type(outcome) is Outcome and outcome == Outcome(**values)  # type: ignore[arg-type]
+    assert outcome.counts is True and outcome.lost_runs == 0 and outcome.error is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        outcome.fence = 9  # type: ignore[misc]
+    new = frozen.constructor(NewTask)("job", [], {}, Kind.ONE_TIME, at, at, key="k")
+    assert type(new) is NewTask and new == NewTask("job", [], {}, Kind.ONE_TIME, at, at, key="k")
+    assert dataclasses.replace(new, key="other").key == "other"

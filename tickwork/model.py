@@ -375,7 +375,7 @@ class Claim:
         return self.task.version
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Outcome:
     """How one run ended, and the task's next state as the policy decided it."""
 
