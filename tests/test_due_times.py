@@ -150,3 +150,26 @@ def test_a_claim_passes_over_only_what_the_store_saw_as_due(clock: DrivenClock) 
     assert missed.seen_at == missed.asked_at - AheadStore.AHEAD - timedelta(seconds=CLOCK_SLACK_S)
     # not passed over: the node asks again as soon as it may be due for the store
     assert claimer.sleep_for(4, missed.seen_at) == 0.0
+
+
+def test_a_run_that_ends_while_the_node_sleeps_idle_to_a_due_time_does_not_wake_it(
+    claimer: Claimer, store: CountingStore, clock: DrivenClock
+) -> None:
+    """After a claim that drained what was due, the poll loop sleeps, slots idle, to the
+    next due time: a freed slot would change nothing, so it is not even woken. Once it is
+    awake again (deciding, or waiting for slots on a full node), a freed slot wakes it."""
+    from tickwork.node.pacing import Pacer
+
+    alarm = Wakeup()
+    pacer = Pacer(claimer, store, alarm, lambda: 4, POLL)
+    due_in(store, clock, 0.0, 2.0)
+    drained = claimer.claim(4)
+    assert drained is not None and drained.claimed == 1
+    assert pacer.after_claim(drained, 4) == (pytest.approx(2.0), True)
+    pacer.run_forgotten(limited=False)
+    assert alarm.wait(0) is Rang.TIMEOUT  # not rung
+    pacer.run_forgotten(limited=True)  # a limit may have released held-back tasks: news
+    assert alarm.wait(0) is Rang.NEWS
+    pacer.wait(0)  # the sleep ends: awake
+    pacer.run_forgotten(limited=False)
+    assert alarm.wait(0) is Rang.SLOT_FREED

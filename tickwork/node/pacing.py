@@ -48,6 +48,9 @@ class Pacer:
         filled every slot, or news came since)."""
         self._passed_at: datetime | None = None
         """Due times at or before this were claimed, or announced by this keeper."""
+        self._idle = False
+        """The poll loop sleeps after a claim that drained what was due, with slots idle
+        (set by that claim, cleared when the sleep ends)."""
 
     def on_role(self, role: bool | None) -> None:
         """The store's election says who keeps the due times (on the listening thread)."""
@@ -70,6 +73,7 @@ class Pacer:
             self._drained_at = None
             return None  # every slot filled: more may be due
         self._drained_at = got.seen_at
+        self._idle = True
         return self.claimer.sleep_for(free - got.claimed, got.seen_at), True
 
     def when_full(self) -> Pause:
@@ -89,6 +93,12 @@ class Pacer:
         """Sleep ``seconds`` unless woken. A slot freed after a claim that took everything
         then claimable does not end the sleep: no task is due until the next due time
         after that claim, so the sleep runs on to it, and the run's end costs no claim."""
+        try:
+            self._sleep(seconds)
+        finally:
+            self._idle = False  # awake: what it decides next may need a freed slot's wake
+
+    def _sleep(self, seconds: float) -> None:
         while True:
             rang = self.wakeup.wait(seconds)
             if rang is Rang.NEWS:
@@ -115,8 +125,10 @@ class Pacer:
         announces: that is news, and the node claims again."""
         if limited:
             self.wakeup.set()
-        else:
+        elif not self._idle:
             self.wakeup.slot_freed()
+        # else the poll loop sleeps, slots idle, to the next due time: a freed slot
+        # changes nothing it would do on waking, and not waking it saves a thread switch
 
     def _announce(self) -> None:
         try:
