@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -18,10 +19,28 @@ from tickwork.node.worker import Worker
 POLL = 30.0
 
 
+class AheadStore:
+    """A node's store whose clock this node estimates ``ahead`` seconds fast (an offset
+    measured under load): its due times come early by that much."""
+
+    def __init__(self, store: Any, ahead: float) -> None:
+        self._store, self._ahead = store, timedelta(seconds=ahead)
+
+    def approximate_now(self) -> datetime:
+        now: datetime = self._store.approximate_now()
+        return now + self._ahead
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
 class Node:
-    def __init__(self, url: str, concurrency: int, release: threading.Event) -> None:
+    def __init__(self, url: str, concurrency: int, release: threading.Event, ahead: float = 0.0) -> None:
         self.app = make_app(url, release)
         self.worker: Worker = self.app.worker(concurrency=concurrency)
+        if ahead:
+            fast = AheadStore(self.worker.store, ahead)
+            self.worker.claimer.store = self.worker.pacer.store = fast  # type: ignore[assignment]
         self.store = counting(self.worker)
         self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False})
         self.thread.start()
@@ -67,8 +86,8 @@ def release() -> Iterator[threading.Event]:
     event.set()  # no run outlives its test
 
 
-def start(nodes: list[Node], url: str, release: threading.Event, concurrency: int = 4) -> Node:
-    node = Node(url, concurrency, release)
+def start(nodes: list[Node], url: str, release: threading.Event, concurrency: int = 4, ahead: float = 0.0) -> Node:
+    node = Node(url, concurrency, release, ahead)
     nodes.append(node)
     return node
 
@@ -112,10 +131,12 @@ def test_a_keeper_that_stops_is_replaced(pg_url: str, nodes: list[Node], release
         client.close()
 
 
-def busy_keeper_and_follower(nodes: list[Node], url: str, release: threading.Event, client: App) -> Node:
+def busy_keeper_and_follower(
+    nodes: list[Node], url: str, release: threading.Event, client: App, *, ahead: float = 0.0
+) -> Node:
     """A keeper of one slot, held by a run that waits for ``release``, and a follower
     beside it (returned): what comes due now is the follower's to run."""
-    keeper = start(nodes, url, release, concurrency=1)
+    keeper = start(nodes, url, release, concurrency=1, ahead=ahead)
     assert wait_for(lambda: keeper.role is True, timeout=10)
     busy = client.schedule("k.blocks")
     assert wait_for(lambda: client.get(busy.id).status is Status.RUNNING, timeout=10)
@@ -130,6 +151,23 @@ def test_a_full_keeper_calls_on_the_others_when_a_due_time_passes(
     client = make_app(pg_url, release)
     try:
         follower = busy_keeper_and_follower(nodes, pg_url, release, client)
+        due = client.schedule("k.noop", at=client.store.now() + timedelta(seconds=0.5))
+        assert wait_for(lambda: client.get(due.id).status is Status.COMPLETED, timeout=10)  # well within POLL
+        assert [run.node for run in client.executions(due.id)] == [follower.worker.node_id]
+    finally:
+        release.set()
+        client.close()
+
+
+def test_a_full_keeper_whose_clock_runs_ahead_calls_on_the_others_once_the_store_sees_the_task_due(
+    pg_url: str, nodes: list[Node], release: threading.Event
+) -> None:
+    """Called on as soon as the keeper's estimate reached the due time, the follower
+    would claim before the store saw the task due, find nothing and sleep its poll
+    interval. The keeper learns the lag from its own claims and waits it out."""
+    client = make_app(pg_url, release)
+    try:
+        follower = busy_keeper_and_follower(nodes, pg_url, release, client, ahead=0.05)
         due = client.schedule("k.noop", at=client.store.now() + timedelta(seconds=0.5))
         assert wait_for(lambda: client.get(due.id).status is Status.COMPLETED, timeout=10)  # well within POLL
         assert [run.node for run in client.executions(due.id)] == [follower.worker.node_id]

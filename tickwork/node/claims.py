@@ -38,6 +38,9 @@ FAILURE_LOG_EVERY = 30
 CLOCK_ESTIMATE_MARGIN_S = 0.1
 CLOCK_SLACK_S = 0.001
 """Added to the store clock's lag behind this node's estimate of it (``Round.seen_at``)."""
+ANNOUNCE_SLACK_S = 0.01
+"""Added to that lag before a full keeper calls on the others for a due time: a follower
+that claimed before the store saw the task due would sleep its poll interval."""
 MAX_CLOCK_LAG_S = 1.0
 """The most of that lag a claim counts (a claim that waited long on a lock says little)."""
 CLOCK_LAG_DECAY = 0.9
@@ -132,6 +135,11 @@ class Claimer:
         seen = asked_at - timedelta(seconds=max(0.0, self._clock_lag) + CLOCK_SLACK_S)
         return max(seen, *(c.task.next_run_at for c in claims)) if claims else seen
 
+    def store_margin(self) -> float:
+        """Seconds after a due time by this node's estimate of the store's clock by which
+        the store, too, sees it due: the lag lately seen, plus ``ANNOUNCE_SLACK_S``."""
+        return max(0.0, self._clock_lag) + ANNOUNCE_SLACK_S
+
     def error_pause(self) -> float:
         """How long to wait after the ``failures``-th failed round in a row."""
         return min(self.settings.poll_interval * self.failures, MAX_ERROR_PAUSE_S)
@@ -212,14 +220,7 @@ class Claimer:
         cap = self.settings.poll_interval
         if idle_slots <= 0:
             return cap  # a finishing run wakes us
-        try:
-            due = self._next_due(claimed_at, read_when_out) if self.watch_due else None
-        except Exception:
-            log.exception("next_due_at failed")
-            return cap
-        own = self._expected_after(claimed_at)
-        if own is not None and (due is None or own < due):
-            due = own
+        due = self.next_due(claimed_at, read_when_out=read_when_out)
         if due is None:
             return cap  # a follower is called on when needed
         wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))
@@ -228,6 +229,17 @@ class Claimer:
             # be free (new work still wakes us), rather than spin on it.
             wait = min(cap, max(0.0, min(self.locked_elsewhere.values()) - self.clock()))
         return wait
+
+    def next_due(self, claimed_at: datetime | None, *, read_when_out: bool = True) -> datetime | None:
+        """The first due time after ``claimed_at`` this node watches (a follower: only
+        those its own results set); None when there is none, or the store failed."""
+        try:
+            due = self._next_due(claimed_at, read_when_out) if self.watch_due else None
+        except Exception:
+            log.exception("next_due_at failed")
+            return None
+        own = self._expected_after(claimed_at)
+        return own if own is not None and (due is None or own < due) else due
 
     def expect(self, times: list[datetime]) -> None:
         """Due times this node's own results set (on the recorder's thread): watched even

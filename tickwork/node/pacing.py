@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tickwork.node.claims import Claimer, Round
 from tickwork.store.base import Store
@@ -79,15 +79,21 @@ class Pacer:
     def when_full(self) -> Pause:
         """The pause when no slot is free. A keeper still watches the due times (from the
         times it has, read again once a poll interval old): one that passes while it is
-        full is announced, once, for the others to take."""
+        full is announced, once, for the others to take, as soon as the store too sees
+        it due (a follower that claimed before then would find nothing and sleep its
+        poll interval)."""
         if self.role is not True:
             return self.claimer.sleep_for(0), True
-        wait = self.claimer.sleep_for(1, self._passed_at, read_when_out=False)
+        due = self.claimer.next_due(self._passed_at, read_when_out=False)
+        if due is None:
+            return self.poll_interval, True
+        margin = timedelta(seconds=self.claimer.store_margin())
+        wait = (due + margin - self.store.approximate_now()).total_seconds()
         if wait > 0:
-            return wait, True
+            return min(self.poll_interval, wait), True
         self._announce()
-        self._passed_at = self.store.approximate_now()
-        return self.claimer.sleep_for(1, self._passed_at, read_when_out=False), True
+        self._passed_at = self.store.approximate_now() - margin  # what it called the others for
+        return 0.0, True
 
     def wait(self, seconds: float) -> None:
         """Sleep ``seconds`` unless woken. A slot freed after a claim that took everything
