@@ -3,8 +3,8 @@
 A finished run frees a slot and wakes the poll loop, so that a node at full capacity
 claims again at once. But a node whose last claim left slots idle took everything then
 claimable and knows when its next task is due (``Claimer.sleep_for``'s due times):
-waking for a freed slot must not make it ask the store again (``Worker._wait`` sleeps
-on to that due time). Everything else that rings the alarm (work scheduled in this
+waking for a freed slot must not make it ask the store again (``Pacer.wait`` in
+tickwork/node/pacing.py sleeps on to that due time). Everything else that rings the alarm (work scheduled in this
 process, a NOTIFY, runs recovered or given back, a result that leaves its task PENDING
 again, a run whose end may release tasks a limit held back, a stop) may mean new due
 times.
