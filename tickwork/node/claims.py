@@ -57,7 +57,6 @@ class Round:
     claims: list[tuple[Claim, str | None]]
     claimed: int
     leased_at: float
-    asked_at: datetime
     took: float
     seen_at: datetime
     """The store-clock time at or before which every due task was visible to the claim:
@@ -118,7 +117,7 @@ class Claimer:
         tokens, refused = self._lock(claims)
         kept = [(c, tokens.get(c.execution_id)) for c in claims if c.execution_id not in refused]
         seen_at = self._seen_at(claims, asked_at)
-        return Round(kept, len(claims), self._lease_start(claims, started), asked_at, took, seen_at)
+        return Round(kept, len(claims), self._lease_start(claims, started), took, seen_at)
 
     def _seen_at(self, claims: list[Claim], asked_at: datetime) -> datetime:
         """What the claim saw as due, on the store's clock: ``asked_at`` (this node's
@@ -203,7 +202,7 @@ class Claimer:
         ago = (self.store.approximate_now() - began).total_seconds()
         return max(sent, self.clock() - ago - CLOCK_ESTIMATE_MARGIN_S)
 
-    def sleep_for(self, idle_slots: int, claimed_at: datetime | None = None, *, read_when_out: bool = True) -> float:
+    def sleep_for(self, idle_slots: int, claimed_at: datetime | None = None) -> float:
         """Until the next due task (capped by poll_interval); idle slots make it worth asking.
 
         A task that was already due when a claim that left slots idle was made was passed
@@ -215,12 +214,11 @@ class Claimer:
         The due times come from ``upcoming``: read once, slept through one after another,
         read again once they run out, once a poll interval has passed (what other
         processes add to SQLite, which cannot notify, is found that late at worst, as
-        before) or once ``forget_upcoming`` says they may be stale. ``read_when_out=False``:
-        not read again merely because they ran out (a full keeper's watch)."""
+        before) or once ``forget_upcoming`` says they may be stale."""
         cap = self.settings.poll_interval
         if idle_slots <= 0:
             return cap  # a finishing run wakes us
-        due = self.next_due(claimed_at, read_when_out=read_when_out)
+        due = self.next_due(claimed_at)
         if due is None:
             return cap  # a follower is called on when needed
         wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))
@@ -232,7 +230,9 @@ class Claimer:
 
     def next_due(self, claimed_at: datetime | None, *, read_when_out: bool = True) -> datetime | None:
         """The first due time after ``claimed_at`` this node watches (a follower: only
-        those its own results set); None when there is none, or the store failed."""
+        those its own results set); None when there is none, or the store failed.
+        ``read_when_out=False``: the times read last are not read again merely because
+        they ran out (a full keeper's watch)."""
         try:
             due = self._next_due(claimed_at, read_when_out) if self.watch_due else None
         except Exception:

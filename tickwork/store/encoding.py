@@ -11,54 +11,20 @@ from tickwork.codec import clean_text, dumps, json_problem
 from tickwork.model import Claim, ErrorInfo, ExecutionStatus, NewTask, Outcome, Skipping, StuckRun
 from tickwork.store.dialect import Dialect
 
-
-def task_row(d: Dialect, new: NewTask, task_id: int | None, now: datetime) -> dict[str, Any]:
-    """One row of ``insert_tasks``, keyed by column, in values JSON can carry (``now``:
-    the insert's time). The arguments travel as their JSON text, so each store keeps
-    exactly the text ``dumps`` wrote."""
-    text = new.encoded.text_of(new.args, new.kwargs) if new.encoded is not None else None
-    args, kwargs = text if text is not None else (dumps(new.args), dumps(new.kwargs))
-    return {
-        "id": task_id,
-        "name": new.name,
-        "args": args,
-        "kwargs": kwargs,
-        "key": new.key,
-        "kind": new.kind.value,
-        "cron": new.cron,
-        "timezone": new.timezone,
-        "interval_seconds": new.interval,
-        "scheduled_at": _json_time(d, new.scheduled_at),
-        "next_run_at": _json_time(d, new.next_run_at),
-        "misfire": new.misfire.value,
-        "misfire_grace": new.misfire_grace,
-        "jitter": new.jitter,
-        "timeout": new.timeout,
-        "max_retries": new.max_retries,
-        "retry_backoff": new.retry_backoff,
-        "priority": new.priority,
-        "max_catchup": new.max_catchup,
-        "overlap": new.overlap.value,
-        "parent_id": new.parent_id,
-        "on_lost": new.on_lost.value,
-        "max_runtime": new.max_runtime,
-        "until_at": _json_time(d, new.until),
-        "max_runs": new.max_runs,
-        "origin": new.origin,
-        "declared_at": _json_time(d, new.declared_at),
-        "max_lost": new.max_lost,
-        "queue": new.queue,
-        "lock": new.lock,
-        "max_running": new.max_running,
-        "rate_limit": new.rate_limit,
-        "created_at": _json_time(d, now),
-    }
+TASK_COLUMNS = (
+    "id", "name", "args", "kwargs", "key", "kind", "cron", "timezone", "interval_seconds", "scheduled_at",
+    "next_run_at", "status", "misfire", "misfire_grace", "jitter", "timeout", "max_retries", "retry_backoff",
+    "priority", "max_catchup", "overlap", "parent_id", "on_lost", "max_runtime", "until_at", "max_runs", "origin",
+    "declared_at", "max_lost", "queue", "lock", "max_running", "rate_limit", "created_at", "updated_at",
+)  # fmt: skip
+"""``task_values``' columns: ``id, {{new_task_columns}}`` (queries.sql)."""
 
 
-def task_values(d: Dialect, new: NewTask, task_id: int, now: datetime) -> tuple[Any, ...]:
-    """One row of ``copy_tasks``: ``task_row``'s values in the order of ``id,
-    {{new_task_columns}}`` (queries.sql), times as the store's own values. Positional, for
-    the bulk write of tasks that hold no key (a COPY on PostgreSQL)."""
+def task_values(d: Dialect, new: NewTask, task_id: int | None, now: datetime) -> tuple[Any, ...]:
+    """One new task's row, in ``TASK_COLUMNS`` order, times as the store's own values
+    (``now``: the insert's time): positional, for the bulk write of tasks that hold no
+    key (``copy_tasks``, a COPY on PostgreSQL). The arguments travel as their JSON text,
+    so each store keeps exactly the text ``dumps`` wrote."""
     text = new.encoded.text_of(new.args, new.kwargs) if new.encoded is not None else None
     args, kwargs = text if text is not None else (dumps(new.args), dumps(new.kwargs))
     encode_time = d.encode_time
@@ -73,11 +39,15 @@ def task_values(d: Dialect, new: NewTask, task_id: int, now: datetime) -> tuple[
     )  # fmt: skip
 
 
-def _json_time(d: Dialect, moment: datetime | None) -> Any:
-    """A time as a JSON value the store's column takes: ISO text where the store keeps
-    times as timestamps, the store's own number otherwise."""
-    encoded = d.encode_time(moment)
-    return encoded.isoformat() if isinstance(encoded, datetime) else encoded
+def task_row(d: Dialect, new: NewTask, task_id: int | None, now: datetime) -> dict[str, Any]:
+    """``task_values`` keyed by column, in values JSON can carry (times as ISO text where
+    the store keeps timestamps): a row of ``insert_tasks``, or ``insert_task``'s
+    parameters."""
+    values = task_values(d, new, task_id, now)
+    return {
+        column: value.isoformat() if isinstance(value, datetime) else value
+        for column, value in zip(TASK_COLUMNS, values, strict=True)
+    }
 
 
 def outcome_object(o: Outcome) -> dict[str, Any]:

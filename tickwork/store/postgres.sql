@@ -414,7 +414,7 @@ DO NOTHING;
 
 -- name: copy_tasks
 -- Tasks that hold no key (nothing to conflict with) streamed in, in the order of
--- encoding.task_values: ids taken first, times as timestamptz.
+-- encoding.task_values (TASK_COLUMNS): ids taken first, times as timestamptz.
 COPY tickwork_tasks (id, {{new_task_columns}}) FROM STDIN;
 
 -- name: insert_task
