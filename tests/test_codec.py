@@ -82,3 +82,35 @@ def test_a_flat_value_equals_its_decoded_text_type_for_type(value: Any) -> None:
     assert decoded == value
     pairs = zip(decoded, value, strict=True) if isinstance(value, list) else ((decoded[k], value[k]) for k in value)
     assert all(type(a) is type(b) for a, b in pairs)
+
+
+@settings(max_examples=500)
+@given(st.one_of(st.lists(values, max_size=4), st.dictionaries(st.text(max_size=5), values, max_size=4)))
+def test_accepted_arguments_encode_alike_on_the_quick_encoder(value: Any) -> None:
+    try:
+        codec.check_json("args", value)
+    except InvalidInput:
+        return
+    assert codec.dumps_checked(value) == codec.dumps(value)
+
+
+def test_the_quick_encoder_keeps_the_stored_form_of_empty_and_nested_values() -> None:
+    for value in ([], {}, [[]], {"a": {}}, nested(codec.MAX_DEPTH), {"b": 1, "a": [1.5, None, "é"]}):
+        assert codec.dumps_checked(value) == codec.dumps(value)
+    assert codec.dumps_checked({"b": 1, "a": "é"}) == '{"a":"\\u00e9","b":1}'
+
+
+@settings(max_examples=500)
+@given(st.one_of(st.lists(values, max_size=4), st.dictionaries(keys, values, max_size=4)))
+def test_the_one_pass_check_of_arguments_agrees_with_the_check_and_the_flatness(value: Any) -> None:
+    try:
+        codec.check_json("args", value)
+    except InvalidInput as exc:
+        expected: Any = (exc.field, exc.reason)
+    else:
+        expected = codec.is_flat(value)
+    try:
+        got: Any = codec.check_arguments("args", value)
+    except InvalidInput as exc:
+        got = (exc.field, exc.reason)
+    assert got == expected

@@ -74,6 +74,29 @@ def test_options_come_from_the_registration_unless_the_call_overrides_them() -> 
     assert (overridden.overlap, overridden.priority, overridden.on_lost) == (Overlap.SKIP, -3, OnLost.FAIL)
 
 
+def test_every_field_of_the_new_task_is_the_requests_own() -> None:
+    # Each option a value no other field holds, so a field filled from the wrong one shows.
+    options = TaskOptions(
+        timeout=11.0, max_retries=12, retry_backoff=13.0, misfire=Misfire.SKIP, misfire_grace=14.0, jitter=0.0,
+        priority=15, max_catchup=16, overlap=Overlap.REPLACE, on_lost=OnLost.FAIL, max_lost=17, queue="q18",
+        max_running=19, rate_limit="20/m", max_runtime=21.0,
+    )  # fmt: skip
+    given = ScheduleArgs(
+        args=[1], kwargs={"k": 2}, cron="0 9 * * *", timezone="Europe/Berlin", key="key",
+        until=NOW + timedelta(days=30), max_runs=22, lock="lock",
+    )  # fmt: skip
+    request = check(TaskDef("job", lambda ctx, a, k: None, options), given, max_payload=1024, misfire_grace=1.0)
+    new = new_task(request, NOW)
+    assert (new.name, new.kind, new.next_run_at) == ("job", Kind.RECURRING, new.scheduled_at)
+    assert (new.parent_id, new.origin, new.declared_at) == (None, None, None)  # set only by their own paths
+    for field in dataclasses.fields(new):
+        if hasattr(request, field.name) and field.name not in ("cron", "misfire_grace"):
+            assert getattr(new, field.name) == getattr(request, field.name), field.name
+        elif hasattr(options, field.name) and field.name != "misfire_grace":
+            assert getattr(new, field.name) == getattr(options, field.name), field.name
+    assert (new.cron, new.misfire_grace) == ("0 9 * * *", 14.0)
+
+
 def test_misfire_grace_is_the_calls_else_the_registrations_else_the_apps() -> None:
     graced = TaskDef("job", lambda ctx: None, TaskOptions(misfire_grace=5.0))
     assert plan(JOB, grace=60).misfire_grace == 60.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from tickwork.errors import InvalidInput
@@ -26,6 +27,33 @@ def dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+def _checked_encoder() -> Callable[[Any], str] | None:
+    """``_ENCODER``'s own C encoder, made once: ``JSONEncoder.encode`` makes it again on
+    every call (two thirds of encoding a small payload). Made without the check for
+    circular values, so only for values ``check_json`` accepted (no cycles: their depth
+    is bounded). None where the json module has no C encoder."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    e = _ENCODER
+    chunks = make(
+        None, e.default, json.encoder.encode_basestring_ascii, e.indent,
+        e.key_separator, e.item_separator, e.sort_keys, e.skipkeys, e.allow_nan,
+    )  # fmt: skip
+    return lambda value: "".join(chunks(value, 0))
+
+
+_encode_checked = _checked_encoder() or _ENCODER.encode
+
+
+def dumps_checked(value: list[Any] | dict[str, Any]) -> str:
+    """``dumps(value)`` for arguments ``check_json`` has accepted, at a third of its cost:
+    a bulk schedule encodes two per task. tests/test_codec.py checks both agree."""
+    if not value:
+        return "[]" if type(value) is list else "{}"
+    return _encode_checked(value)
+
+
 def check_json(field: str, value: Any) -> None:
     """Raise ``InvalidInput`` naming the path of the first part that is not plain JSON."""
     if _plain(value, 0):
@@ -34,6 +62,29 @@ def check_json(field: str, value: Any) -> None:
     if problem is not None:
         path, bad, reason = problem
         raise InvalidInput(path, bad, reason)
+
+
+def check_arguments(field: str, value: list[Any] | dict[str, Any]) -> bool:
+    """``check_json(field, value)``, answering ``is_flat(value)``: one pass over a flat
+    value of plain scalars (the common case: a bulk schedule checks two per task)."""
+    elements = value.values() if type(value) is dict else value
+    if (type(value) is list or all(type(key) is str and _plain_text(key) for key in value)) and all(
+        _plain_scalar(element) for element in elements
+    ):
+        return True
+    check_json(field, value)
+    return is_flat(value)
+
+
+def _plain_text(text: str) -> bool:
+    return text.isascii() and "\x00" not in text
+
+
+def _plain_scalar(value: Any) -> bool:
+    kind = type(value)
+    if kind is str:
+        return _plain_text(value)
+    return kind is int or kind is bool or value is None or (kind is float and math.isfinite(value))
 
 
 def json_problem(value: Any) -> str | None:

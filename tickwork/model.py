@@ -303,7 +303,7 @@ class TaskHeader:
 # -- what the node and the store exchange about runs --------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Encoded:
     """Arguments beside the JSON text ``codec.dumps`` made of them when they were checked,
     so that a store writes that text instead of encoding them again. It keeps the very

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tickwork import binding, frozen, limits, validate
-from tickwork.codec import check_json, dumps, is_flat
+from tickwork.codec import check_arguments, dumps_checked
 from tickwork.cron import CronSchedule, parse_timezone
 from tickwork.errors import InvalidInput, PayloadTooLarge
 from tickwork.model import Encoded, Kind, Misfire, NewTask, Overlap
@@ -38,7 +38,7 @@ OVERRIDABLE = (
 """The registered options a ``schedule()`` call may override (None: keep the task's)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ScheduleArgs:
     """``schedule()``'s keyword arguments as the caller gave them, not yet checked.
 
@@ -72,7 +72,7 @@ SCHEDULE_FIELDS = tuple(f.name for f in dataclasses.fields(ScheduleArgs))
 _KNOWN_FIELDS = frozenset(SCHEDULE_FIELDS)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Request:
     """A checked ``schedule()`` call: nothing in it can be refused any more."""
 
@@ -96,6 +96,13 @@ class Request:
     lock: str | None = None
     encoded: Encoded | None = None
     """``args`` and ``kwargs`` with the text that measured them (model.Encoded)."""
+
+
+_schedule_args = frozen.constructor(ScheduleArgs)
+_request = frozen.constructor(Request)
+_encoded = frozen.constructor(Encoded)
+"""``ScheduleArgs(...)``, ``Request(...)`` and ``Encoded(...)`` at a fraction of their cost (tickwork/frozen.py):
+one of each per item of a bulk schedule."""
 
 
 def check(
@@ -129,7 +136,7 @@ def check(
     options = definition.options
     if overrides:
         options = dataclasses.replace(options, **validate.task_options(**overrides))
-    return Request(
+    return _request(
         name=definition.name,
         args=args,
         kwargs=kwargs,
@@ -186,7 +193,7 @@ def check_items(
                 f"unknown field (known: task, {', '.join(SCHEDULE_FIELDS)})",
             )
         try:
-            given = ScheduleArgs(**fields)
+            given = _schedule_args(**fields)
             definition = registry.resolve(task)
             requests.append(check(definition, given, max_payload=max_payload, misfire_grace=misfire_grace))
         except InvalidInput as exc:
@@ -209,37 +216,18 @@ def new_task(request: Request, now: datetime, *, seed: int | None = None) -> New
     jitter = timedelta(0)
     if options.jitter > 0:
         jitter = jitter_offset(first_slot_seed(request.key) if seed is None else seed, scheduled_at, options.jitter)
+    # Positional, in NewTask's field order (by name took twice as long); the test of
+    # every option (tests/test_planning.py) compares each field with the request's.
     return _new_task(
-        name=request.name,
-        args=request.args,
-        kwargs=request.kwargs,
-        kind=kind,
-        scheduled_at=scheduled_at,
-        next_run_at=scheduled_at + jitter,
-        key=request.key,
-        cron=request.cron.expression.strip() if request.cron is not None else None,
-        timezone=request.timezone,
-        interval=request.interval,
-        misfire=options.misfire or (Misfire.SINGLE_CATCHUP if kind is Kind.RECURRING else Misfire.CATCHUP),
-        misfire_grace=request.misfire_grace,
-        jitter=options.jitter,
-        timeout=options.timeout,
-        max_retries=options.max_retries,
-        retry_backoff=options.retry_backoff,
-        priority=options.priority,
-        max_catchup=options.max_catchup,
-        overlap=options.overlap,
-        on_lost=options.on_lost,
-        max_lost=options.max_lost,
-        queue=options.queue,
-        max_runtime=options.max_runtime,
-        until=request.until,
-        max_runs=request.max_runs,
-        lock=request.lock,
-        max_running=options.max_running,
-        rate_limit=options.rate_limit,
-        encoded=request.encoded,
-    )
+        request.name, request.args, request.kwargs, kind, scheduled_at, scheduled_at + jitter, request.key,
+        request.cron.expression.strip() if request.cron is not None else None, request.timezone, request.interval,
+        options.misfire or (Misfire.SINGLE_CATCHUP if kind is Kind.RECURRING else Misfire.CATCHUP),
+        request.misfire_grace, options.jitter, options.timeout, options.max_retries, options.retry_backoff,
+        options.priority, options.max_catchup, options.overlap,
+        None, options.on_lost, options.max_runtime, request.until, request.max_runs,  # None: parent_id
+        None, None, options.max_lost, options.queue, request.lock,  # None: origin, declared_at
+        options.max_running, options.rate_limit, request.encoded,
+    )  # fmt: skip
 
 
 def first_slot(request: Request, now: datetime) -> tuple[Kind, datetime]:
@@ -273,17 +261,15 @@ def payload(
         raise InvalidInput("kwargs", kwargs, "must be a mapping of names to JSON values")
     args_list = list(args or [])
     kwargs_dict = dict(kwargs or {})
-    check_json("args", args_list)
-    check_json("kwargs", kwargs_dict)
-    text = dumps(args_list), dumps(kwargs_dict)
+    flat = check_arguments("args", args_list) & check_arguments("kwargs", kwargs_dict)  # both checked, args first
+    text = dumps_checked(args_list), dumps_checked(kwargs_dict)
     args_size, kwargs_size = len(text[0]), len(text[1])  # dumps escapes all but ASCII: a byte a character
     if args_size + kwargs_size > max_payload:
         field = "kwargs" if kwargs_size >= args_size else "args"
         raise PayloadTooLarge(
             field, f"<{args_size + kwargs_size} bytes>", f"payload exceeds max_payload={max_payload} bytes"
         )
-    flat = is_flat(args_list) and is_flat(kwargs_dict)
-    return args_list, kwargs_dict, Encoded(args_list, kwargs_dict, text, flat)
+    return args_list, kwargs_dict, _encoded(args_list, kwargs_dict, text, flat)
 
 
 def first_slot_seed(key: str | None) -> int:

@@ -28,7 +28,7 @@ from psycopg_pool import ConnectionPool
 from tickwork.clock import utcnow
 from tickwork.codec import dumps
 from tickwork.errors import StoreError
-from tickwork.store import queries
+from tickwork.store import pg_copy, queries
 from tickwork.store.dialect import Election, HotPath, Row, iter_statements
 from tickwork.store.hot import SetBased
 from tickwork.store.pg_listen import Listener
@@ -137,9 +137,12 @@ def normalize_url(url: str) -> str:
 
 
 class _Session:
-    def __init__(self, cursor: psycopg.Cursor[dict[str, Any]], texts: Mapping[str, str]) -> None:
+    def __init__(
+        self, cursor: psycopg.Cursor[dict[str, Any]], texts: Mapping[str, str], copy_types: dict[str, list[int]]
+    ) -> None:
         self._cur = cursor
         self._texts = texts
+        self._copy_types = copy_types
 
     def fetch_all(self, query: str, params: Mapping[str, Any]) -> list[Row]:
         self._cur.execute(self._texts[query], params)
@@ -171,9 +174,7 @@ class _Session:
         return self._cur.rowcount
 
     def copy_rows(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
-        with self._cur.copy(self._texts[query]) as copy:
-            for row in rows:
-                copy.write_row(row)
+        pg_copy.copy_rows(self._cur, self._texts[query], rows, self._copy_types)
 
 
 class PostgresDialect:
@@ -201,6 +202,8 @@ class PostgresDialect:
             "postgres_insights.sql",
         )
         self.texts = {name: translate(sql) for name, sql in texts.items()}
+        self.copy_types: dict[str, list[int]] = {}
+        """Each COPY statement's column types, read from its table once (pg_copy)."""
         # Claims, renewals and outcomes as one set-based statement each, committing itself.
         self.hot_path: HotPath = SetBased(self)
         self._offset = timedelta(0)
@@ -242,6 +245,7 @@ class PostgresDialect:
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
         set_json_loads(loads_json, conn)
+        pg_copy.register(conn)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Session]:
@@ -259,7 +263,7 @@ class PostgresDialect:
                     raise
                 continue
             with stack:
-                yield _Session(conn.cursor(row_factory=dict_row), self.texts)
+                yield _Session(conn.cursor(row_factory=dict_row), self.texts, self.copy_types)
             return
 
     @contextlib.contextmanager
@@ -267,7 +271,7 @@ class PostgresDialect:
         """Autocommit, for one statement that is atomic by itself: one round trip, no
         BEGIN or COMMIT of its own."""
         with self.autocommit_pool.connection() as conn:
-            yield _Session(conn.cursor(row_factory=dict_row, binary=True), self.texts)
+            yield _Session(conn.cursor(row_factory=dict_row, binary=True), self.texts, self.copy_types)
 
     reader = transaction
 

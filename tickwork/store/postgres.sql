@@ -414,8 +414,9 @@ DO NOTHING;
 
 -- name: copy_tasks
 -- Tasks that hold no key (nothing to conflict with) streamed in, in the order of
--- encoding.task_values (TASK_COLUMNS): ids taken first, times as timestamptz.
-COPY tickwork_tasks (id, {{new_task_columns}}) FROM STDIN;
+-- encoding.task_values (TASK_COLUMNS): ids taken first, times as timestamptz, each
+-- column in the binary form of the type the table gives it (store/pg_copy.py).
+COPY tickwork_tasks (id, {{new_task_columns}}) FROM STDIN (FORMAT BINARY);
 
 -- name: insert_task
 -- One task (schedule()): one round trip, its id from the sequence; no row returned when
