@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -43,7 +43,7 @@ class Session(Protocol):
         rows went in (a conflict's ``DO NOTHING`` inserts none)."""
         ...
 
-    def copy_rows(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
+    def copy_rows(self, query: str, rows: Iterable[Sequence[Any]]) -> None:
         """Write ``rows`` (values in ``query``'s column order, as the store's own types)
         that cannot conflict with any stored row: PostgreSQL streams them with ``COPY``
         (no statement to plan, and the server parses while the client still encodes),

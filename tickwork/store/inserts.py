@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import overload
+from typing import Any, overload
 
 from tickwork.codec import dumps
 from tickwork.errors import QueueFull
@@ -51,12 +51,12 @@ def insert(
     """The tasks as stored (a key's live task for a duplicate key), and how many of
     them were inserted now and are due by ``due_by``."""
     now = d.approximate_now()
-    ids, inserted_ids = _one(d, s, tasks[0], now) if len(tasks) == 1 else _many(d, s, tasks, now)
+    ids, inserted = _one(d, s, tasks[0], now) if len(tasks) == 1 else _many(d, s, tasks, now)
     stored: list[Task] = []
     new_due = 0
     for new, task_id in zip(tasks, ids, strict=True):
-        if task_id in inserted_ids:
-            stored.append(as_inserted(new, task_id, now))
+        if (task := inserted.get(task_id)) is not None:
+            stored.append(task)
             new_due += due_by is not None and new.next_run_at <= due_by
             continue
         # The key is held: by a live task, or by a task earlier in this batch.
@@ -68,18 +68,22 @@ def insert(
     return stored, new_due
 
 
-def _one(d: Dialect, s: Session, new: NewTask, now: datetime) -> tuple[list[int], set[int]]:
+def _one(d: Dialect, s: Session, new: NewTask, now: datetime) -> tuple[list[int], dict[int, Task]]:
     """A single task (``schedule()``) in one round trip: its id comes back from the insert."""
     row = s.fetch_one("insert_task", encoding.task_row(d, new, None, now))
-    return ([int(row["id"])], {int(row["id"])}) if row is not None else ([-1], set())
+    if row is None:
+        return [-1], {}
+    task_id = int(row["id"])
+    return [task_id], {task_id: as_inserted(new, task_id, now)}
 
 
-def _many(d: Dialect, s: Session, tasks: Sequence[NewTask], now: datetime) -> tuple[list[int], set[int]]:
-    """Each task's id (taken first) and the ids that went in, a chunk per statement: the
-    tasks that hold no key, which nothing can conflict with, streamed in (``copy_rows``);
-    the keyed ones through ``insert_tasks``, read back only when some key was held."""
+def _many(d: Dialect, s: Session, tasks: Sequence[NewTask], now: datetime) -> tuple[list[int], dict[int, Task]]:
+    """Each task's id (taken first) and the tasks that went in, by id, a chunk per
+    statement: the tasks that hold no key, which nothing can conflict with, streamed in
+    (``copy_rows``); the keyed ones through ``insert_tasks``, read back only when some
+    key was held."""
     ids: list[int] = []
-    inserted_ids: set[int] = set()
+    inserted: dict[int, Task] = {}
     for start in range(0, len(tasks), INSERT_CHUNK):
         chunk = tasks[start : start + INSERT_CHUNK]
         taken = s.fetch_one("allocate_task_ids", {"n": len(chunk)})
@@ -87,18 +91,27 @@ def _many(d: Dialect, s: Session, tasks: Sequence[NewTask], now: datetime) -> tu
         keyless = [(new, i) for new, i in zip(chunk, chunk_ids, strict=True) if new.key is None]
         keyed = [(new, i) for new, i in zip(chunk, chunk_ids, strict=True) if new.key is not None]
         if keyless:
-            s.copy_rows("copy_tasks", [encoding.task_values(d, new, i, now) for new, i in keyless])
-            inserted_ids.update(i for _, i in keyless)
+            s.copy_rows("copy_tasks", _streamed(d, keyless, now, inserted))
         if keyed:
             went_in = s.insert_rows("insert_tasks", [encoding.task_row(d, new, i, now) for new, i in keyed])
             keyed_ids = [i for _, i in keyed]
-            if went_in == len(keyed):
-                inserted_ids.update(keyed_ids)
-            else:
-                found = s.fetch_all("inserted_task_ids", {"ids": d.encode_ids(keyed_ids)})
-                inserted_ids.update(int(r["id"]) for r in found)
+            if went_in != len(keyed):
+                found = {int(r["id"]) for r in s.fetch_all("inserted_task_ids", {"ids": d.encode_ids(keyed_ids)})}
+                keyed = [(new, i) for new, i in keyed if i in found]
+            inserted.update((i, as_inserted(new, i, now)) for new, i in keyed)
         ids += chunk_ids
-    return ids, inserted_ids
+    return ids, inserted
+
+
+def _streamed(
+    d: Dialect, tasks: list[tuple[NewTask, int]], now: datetime, inserted: dict[int, Task]
+) -> Iterator[tuple[Any, ...]]:
+    """Each task's row for ``copy_tasks``, its stored Task made on the way: while the
+    server writes the rows already sent, so that making them costs no time of the
+    COPY's own (a COPY either writes every row or fails whole)."""
+    for new, task_id in tasks:
+        inserted[task_id] = as_inserted(new, task_id, now)
+        yield encoding.task_values(d, new, task_id, now)
 
 
 def as_inserted(new: NewTask, task_id: int, now: datetime) -> Task:

@@ -10,7 +10,7 @@ the one place that says them.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
@@ -39,7 +39,7 @@ def register(conn: psycopg.Connection[Any]) -> None:
 
 
 def copy_rows(
-    cursor: psycopg.Cursor[Any], statement: str, rows: Sequence[Sequence[Any]], types: dict[str, list[int]]
+    cursor: psycopg.Cursor[Any], statement: str, rows: Iterable[Sequence[Any]], types: dict[str, list[int]]
 ) -> None:
     """Stream ``rows`` with ``statement`` (``COPY table (columns) FROM STDIN (FORMAT
     BINARY)``); ``types`` caches each statement's column types (type oids)."""

@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
@@ -173,7 +173,7 @@ class _Session:
         self._cur.execute(self._texts[query], {"rows": json.dumps(rows, separators=(",", ":"))})
         return self._cur.rowcount
 
-    def copy_rows(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
+    def copy_rows(self, query: str, rows: Iterable[Sequence[Any]]) -> None:
         pg_copy.copy_rows(self._cur, self._texts[query], rows, self._copy_types)
 
 

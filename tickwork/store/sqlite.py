@@ -13,7 +13,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
@@ -54,7 +54,7 @@ class _Session:
     def insert_rows(self, query: str, rows: Sequence[Mapping[str, Any]]) -> int:
         return self._conn.executemany(self._texts[query], rows).rowcount
 
-    def copy_rows(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
+    def copy_rows(self, query: str, rows: Iterable[Sequence[Any]]) -> None:
         self._conn.executemany(self._texts[query], rows)
 
 
