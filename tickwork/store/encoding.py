@@ -50,14 +50,19 @@ def task_row(d: Dialect, new: NewTask, task_id: int | None, now: datetime) -> di
     }
 
 
+OPTIONAL_OUTCOME_KEYS = (
+    "started_at", "error_type", "error_message", "error_traceback", "result", "note", "skipped", "skipped_last",
+    "decision",
+)  # fmt: skip
+"""The keys ``outcome_object`` leaves out when their value is None."""
+
+
 def outcome_object(o: Outcome) -> dict[str, Any]:
     """One outcome as a JSON object (times as ISO text): a row of ``write_outcomes_batch``'s
-    batch. A result that cannot be stored costs that result (noted on the execution),
-    never the batch it is written with."""
-    result, note = o.result, o.note
-    if result is not None and (problem := json_problem(result)) is not None:
-        result, note = None, f"{note}; result not stored: {problem}" if note else f"result not stored: {problem}"
-    return {
+    batch, without the keys whose value is None (the server reads a missing key as NULL;
+    a run that ended well then encodes a third less text). A result that cannot be
+    stored costs that result (noted on the execution), never the batch it is written with."""
+    row: dict[str, Any] = {
         "task_id": o.task_id,
         "fence": o.fence,
         "execution_id": o.execution_id,
@@ -66,25 +71,36 @@ def outcome_object(o: Outcome) -> dict[str, Any]:
         "scheduled_at": o.scheduled_at.isoformat(),
         "next_run_at": o.next_run_at.isoformat(),
         "finished_at": o.finished_at.isoformat(),
-        "started_at": o.started_at.isoformat() if o.started_at else None,
         "attempt": o.attempt,
         "triggered": o.triggered,
-        "error_type": clean_text(o.error.type) if o.error else None,
-        "error_message": clean_text(o.error.message) if o.error else None,
-        "error_traceback": clean_text(o.error.traceback) if o.error else None,
-        "result": result,
-        "note": clean_text(note) if note else None,
-        "skipped": o.skipped,
-        "skipped_last": o.skipped_last.isoformat() if o.skipped_last else None,
-        "decision": clean_text(o.decision) if o.decision else None,
         "counts": o.counts,
         "lost_runs": o.lost_runs,
     }
+    if o.started_at is not None:
+        row["started_at"] = o.started_at.isoformat()
+    if o.error is not None:
+        row["error_type"] = clean_text(o.error.type)
+        row["error_message"] = clean_text(o.error.message)
+        row["error_traceback"] = clean_text(o.error.traceback)
+    result, note = o.result, o.note
+    if result is not None and (problem := json_problem(result)) is not None:
+        result, note = None, f"{note}; result not stored: {problem}" if note else f"result not stored: {problem}"
+    if result is not None:
+        row["result"] = result
+    if note:
+        row["note"] = clean_text(note)
+    if o.skipped is not None:
+        row["skipped"] = o.skipped
+    if o.skipped_last is not None:
+        row["skipped_last"] = o.skipped_last.isoformat()
+    if o.decision:
+        row["decision"] = clean_text(o.decision)
+    return row
 
 
 def outcome_params(d: Dialect, o: Outcome) -> dict[str, Any]:
     """The parameters of ``write_outcome`` and ``finish_execution`` for one outcome."""
-    row = outcome_object(o)
+    row = {**dict.fromkeys(OPTIONAL_OUTCOME_KEYS), **outcome_object(o)}
     return {
         **row,
         "scheduled_at": d.encode_time(o.scheduled_at),
