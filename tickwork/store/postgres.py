@@ -179,6 +179,11 @@ class _Session:
 
 class PostgresDialect:
     notifies = True
+    QUERY_FILES = (
+        "queries.sql", "retention.sql", "edits.sql", "insights.sql", "queues.sql", "limits.sql", "postgres.sql",
+        "postgres_retention.sql", "postgres_edits.sql", "postgres_insights.sql",
+    )  # fmt: skip
+    """The portable query files, then this dialect's, which override them by name."""
     strategies: tuple[str, ...] = ("skip_locked", "optimistic")
 
     def __init__(self, url: str, *, pool_size: int = 6) -> None:
@@ -189,18 +194,7 @@ class PostgresDialect:
             raise StoreError(f"url={masked(url)!r}: not a valid PostgreSQL URL: {scrubbed(str(exc), url)}") from None
         self.connect_kwargs = {**CONNECT_KWARGS, "options": options}
         self.hot_path_options = session_options(self.url, HOT_PATH_SETTINGS)
-        texts = queries.load(
-            "queries.sql",
-            "retention.sql",
-            "edits.sql",
-            "insights.sql",
-            "queues.sql",
-            "limits.sql",
-            "postgres.sql",
-            "postgres_retention.sql",
-            "postgres_edits.sql",
-            "postgres_insights.sql",
-        )
+        texts = queries.load(*self.QUERY_FILES)
         self.texts = {name: translate(sql) for name, sql in texts.items()}
         self.copy_types: dict[str, list[int]] = {}
         """Each COPY statement's column types, read from its table once (pg_copy)."""

@@ -23,9 +23,22 @@ def parse(text: str) -> dict[str, str]:
     ends = [m.start() for m in matches[1:]] + ([len(text)] if matches else [])
     for match, end in zip(matches, ends, strict=True):
         body = text[match.end() : end]
-        lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
-        queries[match["name"]] = "\n".join(lines).strip().rstrip(";")
+        lines = (_code(line) for line in body.splitlines())
+        queries[match["name"]] = "\n".join(line for line in lines if line).rstrip(";")
     return queries
+
+
+def _code(line: str) -> str:
+    """A line without its comment and indentation: the text a driver scans on every run
+    is shorter (psycopg caches what it makes of a query only under 4 KB: the outcome
+    batch's, comments and all, was over it). ``--`` inside a quoted literal stays."""
+    quoted = False
+    for i, char in enumerate(line):
+        if char == "'":
+            quoted = not quoted
+        elif char == "-" and not quoted and line.startswith("--", i):
+            return line[:i].strip()
+    return line.strip()
 
 
 @cache
