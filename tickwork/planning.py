@@ -101,8 +101,8 @@ class Request:
 _schedule_args = frozen.constructor(ScheduleArgs)
 _request = frozen.constructor(Request)
 _encoded = frozen.constructor(Encoded)
-"""``ScheduleArgs(...)``, ``Request(...)`` and ``Encoded(...)`` at a fraction of their cost (tickwork/frozen.py):
-one of each per item of a bulk schedule."""
+"""``ScheduleArgs(...)``, ``Request(...)`` and ``Encoded(...)`` at a fraction of their
+cost (tickwork/frozen.py): one of each per item of a bulk schedule."""
 
 
 def check(
