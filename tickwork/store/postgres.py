@@ -31,6 +31,7 @@ from tickwork.errors import StoreError
 from tickwork.store import pg_copy, queries
 from tickwork.store.dialect import Election, HotPath, Row, iter_statements
 from tickwork.store.hot import SetBased
+from tickwork.store.pg_idle import closed_by_server
 from tickwork.store.pg_listen import Listener
 from tickwork.store.pg_loading import loads_json, rows_past_infinity
 from tickwork.urls import masked, scrubbed
@@ -263,9 +264,15 @@ class PostgresDialect:
     @contextlib.contextmanager
     def single(self) -> Iterator[_Session]:
         """Autocommit, for one statement that is atomic by itself: one round trip, no
-        BEGIN or COMMIT of its own."""
-        with self.autocommit_pool.connection() as conn:
-            yield _Session(conn.cursor(row_factory=dict_row, binary=True), self.texts, self.copy_types)
+        BEGIN or COMMIT of its own. A pooled connection the server has closed since it
+        was last used is discarded before anything is sent on it (store/pg_idle.py)."""
+        for attempt in range(1, BEGIN_ATTEMPTS + 1):
+            with self.autocommit_pool.connection() as conn:
+                if attempt < BEGIN_ATTEMPTS and closed_by_server(conn):
+                    conn.close()  # the pool discards it; the next one may be alive
+                    continue
+                yield _Session(conn.cursor(row_factory=dict_row, binary=True), self.texts, self.copy_types)
+                return
 
     reader = transaction
 

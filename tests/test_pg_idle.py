@@ -1,0 +1,54 @@
+"""A pooled connection the server has closed is found before a statement is sent on it
+(store/pg_idle.py): after an outage that ended every session, the first claim on each
+dead pooled connection used to fail and pause its node, so nodes resumed seconds late."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from tests.conftest import wait_for
+from tickwork.store.pg_idle import closed_by_server
+from tickwork.store.postgres import PostgresDialect
+
+
+def terminate(url: str, pid: int) -> None:
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def test_an_idle_connection_the_server_ended_is_told_without_a_round_trip(pg_url: str) -> None:
+    conn: psycopg.Connection[Any] = psycopg.connect(pg_url, autocommit=True)
+    try:
+        conn.execute("SELECT 1")
+        assert not closed_by_server(conn)  # live and idle: nothing to read
+        terminate(pg_url, conn.info.backend_pid)
+        wait_for(lambda: closed_by_server(conn), timeout=10)
+    finally:
+        conn.close()
+    assert closed_by_server(conn)  # closed here too
+
+
+def test_a_statement_after_the_server_ended_the_pooled_connection_goes_through(pg_url: str) -> None:
+    d = PostgresDialect(pg_url, pool_size=1)
+    try:
+        with d.single() as s:
+            before = s.fetch_one("clock", {})
+        assert before is not None
+        with d.autocommit_pool.connection() as conn:  # the pool's one connection, idle again after
+            pid = conn.info.backend_pid
+        terminate(pg_url, pid)
+
+        def ended() -> bool:
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                return admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() is None
+
+        wait_for(ended, timeout=10)
+        with d.single() as s:  # before pg_idle: "terminating connection due to administrator command"
+            after = s.fetch_one("clock", {})
+        assert after is not None
+        with d.autocommit_pool.connection() as conn:
+            assert conn.info.backend_pid != pid
+    finally:
+        d.close()
