@@ -31,15 +31,23 @@ def _checked_encoder() -> Callable[[Any], str] | None:
     """``_ENCODER``'s own C encoder, made once: ``JSONEncoder.encode`` makes it again on
     every call (two thirds of encoding a small payload). Made without the check for
     circular values, so only for values ``check_json`` accepted (no cycles: their depth
-    is bounded). None where the json module has no C encoder."""
+    is bounded). None where the json module has no C encoder, or one this call does not
+    make as ``_ENCODER`` would (a private interface of the json module: checked here, on
+    a sample, rather than trusted)."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return None
     e = _ENCODER
-    chunks = make(
-        None, e.default, json.encoder.encode_basestring_ascii, e.indent,
-        e.key_separator, e.item_separator, e.sort_keys, e.skipkeys, e.allow_nan,
-    )  # fmt: skip
+    try:
+        chunks = make(
+            None, e.default, json.encoder.encode_basestring_ascii, e.indent,
+            e.key_separator, e.item_separator, e.sort_keys, e.skipkeys, e.allow_nan,
+        )  # fmt: skip
+        sample: dict[str, Any] = {"b": [1, 2.5, None, True], "a": "\u00e9\n"}
+        if "".join(chunks(sample, 0)) != e.encode(sample):
+            return None
+    except Exception:
+        return None
     return lambda value: "".join(chunks(value, 0))
 
 
