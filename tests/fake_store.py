@@ -553,6 +553,7 @@ class FakeStore:
         lease: float,
         exclude: Sequence[int] = (),
         queues: Sequence[str] | None = None,
+        ahead: float = 0.0,
     ) -> list[Claim]:
         if limit <= 0 or not names or (queues is not None and not queues):
             return []
@@ -561,11 +562,12 @@ class FakeStore:
         with self._lock:
             now = self._now()
             until = now + timedelta(seconds=lease)
+            due_by = now + timedelta(seconds=ahead)  # plain tasks only: the lane is judged at now
             claimable = [
                 t
                 for t in self._tasks.values()
                 if t.status is Status.PENDING
-                and t.next_run_at <= now
+                and (t.next_run_at <= now or (t.next_run_at <= due_by and not _in_lane(t)))
                 and t.name in wanted
                 and t.id not in excluded
                 and (served is None or t.queue in served)
@@ -617,7 +619,8 @@ class FakeStore:
         self._tasks[task.id] = task
         # A triggered recurring run is an extra one at its trigger time, not the nominal slot.
         slot = task.next_run_at if task.triggered else task.scheduled_at
-        run = self._log(task.id, task.attempt, slot, now, ExecutionStatus.RUNNING, node=node, fence=task.version)
+        started = max(now, task.next_run_at)  # claimed ahead, it starts when due
+        run = self._log(task.id, task.attempt, slot, started, ExecutionStatus.RUNNING, node=node, fence=task.version)
         return Claim(self._out(task), run.id, run.scheduled_for)
 
     def _log(

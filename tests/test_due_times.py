@@ -44,7 +44,7 @@ def store(clock: DrivenClock) -> CountingStore:
 
 @pytest.fixture
 def claimer(store: CountingStore, clock: DrivenClock) -> Claimer:
-    settings = NodeSettings(poll_interval=POLL)
+    settings = NodeSettings(poll_interval=POLL, claim_ahead=0.0)  # claiming ahead: below
     return Claimer(store, "n1", ["t.job"], settings, StoreHealth(30.0, clock.monotonic), clock=clock.monotonic)
 
 
@@ -137,7 +137,7 @@ def test_a_claim_passes_over_only_what_the_store_saw_as_due(clock: DrivenClock) 
     from tickwork.node.claims import CLOCK_SLACK_S
 
     store = AheadStore(clock)
-    settings = NodeSettings(poll_interval=POLL, lease=30.0)
+    settings = NodeSettings(poll_interval=POLL, lease=30.0, claim_ahead=0.0)
     claimer = Claimer(store, "n1", ["t.job"], settings, StoreHealth(30.0, clock.monotonic), clock=clock.monotonic)
     due_in(store, clock, 0.0)
     taken = claimer.claim(4)
@@ -174,3 +174,48 @@ def test_a_run_that_ends_while_the_node_sleeps_idle_to_a_due_time_does_not_wake_
     pacer.wait(0)  # the sleep ends: awake
     pacer.run_forgotten(limited=False)
     assert alarm.wait(0) is Rang.SLOT_FREED
+
+
+# -- claiming ahead (NodeSettings.claim_ahead) ----------------------------------------------
+
+
+def ahead_claimer(store: CountingStore, clock: DrivenClock, ahead: float) -> Claimer:
+    settings = NodeSettings(poll_interval=POLL, claim_ahead=ahead)
+    return Claimer(store, "n1", ["t.job"], settings, StoreHealth(30.0, clock.monotonic), clock=clock.monotonic)
+
+
+def test_a_node_that_claims_ahead_wakes_a_claims_round_trip_before_a_due_time(
+    store: CountingStore, clock: DrivenClock
+) -> None:
+    from tickwork.node.claims import WAKE_LEAD_S
+
+    due_in(store, clock, 1.0)
+    assert ahead_claimer(store, clock, 0.2).sleep_for(4, clock.now()) == pytest.approx(1.0 - WAKE_LEAD_S)
+    # never earlier than the claim looks ahead
+    assert ahead_claimer(store, clock, 0.001).sleep_for(4, clock.now()) == pytest.approx(0.999)
+
+
+def test_one_claim_takes_the_due_times_within_its_reach_and_the_sleep_runs_past_them(
+    store: CountingStore, clock: DrivenClock
+) -> None:
+    claimer = ahead_claimer(store, clock, 0.2)
+    due_in(store, clock, 0.0, 0.05, 0.15, 0.5)
+    taken = claimer.claim(8)
+    assert taken is not None and taken.claimed == 3  # due now and within 0.2 s; not 0.5
+    assert taken.seen_at >= clock.now() + timedelta(seconds=0.19)
+    # the next wake is for the task at 0.5 s (less the lead), not for those claimed
+    assert 0.45 < claimer.sleep_for(5, taken.seen_at) < 0.5
+
+
+def test_sparse_due_times_cost_one_claim_per_reach_not_one_each(store: CountingStore, clock: DrivenClock) -> None:
+    """Due times 10 ms apart for a second, a claim looking 50 ms ahead: the node, sleeping
+    as ``sleep_for`` says between claims, makes about one claim per 50 ms."""
+    claimer = ahead_claimer(store, clock, 0.05)
+    due_in(store, clock, *(0.01 * i for i in range(1, 101)))
+    claims = taken = 0
+    while taken < 100:
+        got = claimer.claim(16)
+        assert got is not None
+        claims, taken = claims + 1, taken + got.claimed
+        clock.advance(max(claimer.sleep_for(16 - got.claimed, got.seen_at), 0.001))
+    assert claims <= 25, claims  # one per due time would be 100

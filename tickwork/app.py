@@ -10,7 +10,7 @@ from typing import Any, TypeVar, overload
 
 from tickwork import missed_slots, planning, validate, waiting
 from tickwork.app_node import NodeMixin
-from tickwork.app_settings import DEFAULT_MAX_PAYLOAD, DEFAULT_RETENTION, AppSettings, Setting
+from tickwork.app_settings import DEFAULT_CLAIM_AHEAD, DEFAULT_MAX_PAYLOAD, DEFAULT_RETENTION, AppSettings, Setting
 from tickwork.clock import Clock, utcnow
 from tickwork.declarations import Declarations
 from tickwork.errors import EditConflict, InvalidInput, InvalidState, TaskNotFound
@@ -34,6 +34,7 @@ class App(NodeMixin):
     lease: Setting[float] = Setting()
     heartbeat: Setting[float] = Setting()
     poll_interval: Setting[float] = Setting()
+    claim_ahead: Setting[float] = Setting()
     misfire_grace: Setting[float] = Setting()
     shutdown_grace: Setting[float] = Setting()
     claim_strategy: Setting[str | None] = Setting("claim")
@@ -53,6 +54,7 @@ class App(NodeMixin):
         lease: float = 30.0,
         heartbeat: float = 10.0,
         poll_interval: float = 1.0,
+        claim_ahead: float = DEFAULT_CLAIM_AHEAD,
         misfire_grace: float = 60.0,
         shutdown_grace: float = 30.0,
         claim: str | None = None,
@@ -69,10 +71,10 @@ class App(NodeMixin):
         clock: Clock = utcnow,
     ) -> None:
         self.settings = AppSettings(
-            url=url, lease=lease, heartbeat=heartbeat, poll_interval=poll_interval, misfire_grace=misfire_grace,
-            shutdown_grace=shutdown_grace, claim=claim, max_payload=max_payload, max_pending=max_pending,
-            redis_url=redis_url, redis_prefix=redis_prefix, redis_mode=redis_mode, lock_ttl=lock_ttl,
-            retention=retention, keep_last=keep_last,
+            url=url, lease=lease, heartbeat=heartbeat, poll_interval=poll_interval, claim_ahead=claim_ahead,
+            misfire_grace=misfire_grace, shutdown_grace=shutdown_grace, claim=claim, max_payload=max_payload,
+            max_pending=max_pending, redis_url=redis_url, redis_prefix=redis_prefix, redis_mode=redis_mode,
+            lock_ttl=lock_ttl, retention=retention, keep_last=keep_last,
         )  # fmt: skip
         self.clock = clock
         self.registry = Registry()
@@ -344,13 +346,11 @@ class App(NodeMixin):
         self.store.set_queue_paused(validate.queue(name), False)
 
     def why_waiting(self, task: Task) -> str | None:
-        """Why a due PENDING task is not running: its queue paused, a limit full (None:
-        it is not held back)."""
+        """Why a due PENDING task is not running (its queue paused, a limit full), or None."""
         return waiting.why_waiting(self.store, task)
 
     def queues(self, name: str | None = None) -> list[QueueInfo]:
-        """Every queue in use or ever paused (or only ``name``): paused or not, pending, due,
-        running, oldest due."""
+        """Every queue in use or ever paused, or only ``name``, with its state and counts."""
         return self.store.queues(None if name is None else validate.queue(name))
 
     def resume(self, task_id: int, *, catch_up: bool = True) -> Task:

@@ -11,7 +11,8 @@ from tickwork import validate
 from tickwork.errors import InvalidInput
 from tickwork.lazy_store import resolve_url
 from tickwork.node.redis_locks import RedisMode
-from tickwork.node.settings import NodeSettings
+from tickwork.node.settings import DEFAULT_CLAIM_AHEAD as DEFAULT_CLAIM_AHEAD  # App's default too
+from tickwork.node.settings import MAX_CLAIM_AHEAD, NodeSettings
 
 DEFAULT_MAX_PAYLOAD = 64 * 1024
 DEFAULT_RETENTION = timedelta(days=30)
@@ -27,6 +28,7 @@ class AppSettings:
     lease: float = 30.0
     heartbeat: float = 10.0
     poll_interval: float = 1.0
+    claim_ahead: float = DEFAULT_CLAIM_AHEAD
     misfire_grace: float = 60.0
     """The default for tasks whose registration and ``schedule()`` call give none."""
     shutdown_grace: float = 30.0
@@ -61,7 +63,11 @@ class AppSettings:
         heartbeat = validate.positive("heartbeat", self.heartbeat)
         if heartbeat >= lease:
             raise InvalidInput("heartbeat", self.heartbeat, f"must be shorter than the lease ({self.lease} s)")
+        claim_ahead = validate.non_negative("claim_ahead", self.claim_ahead)
+        if claim_ahead > MAX_CLAIM_AHEAD:
+            raise InvalidInput("claim_ahead", self.claim_ahead, f"must be at most {MAX_CLAIM_AHEAD:g} seconds")
         return {
+            "claim_ahead": claim_ahead,
             "lease": lease,
             "heartbeat": heartbeat,
             "poll_interval": validate.positive("poll_interval", self.poll_interval),
@@ -114,7 +120,7 @@ class AppSettings:
         assert not isinstance(retention, (int, float))
         return NodeSettings(
             lease=self.lease, heartbeat=self.heartbeat, poll_interval=self.poll_interval,
-            shutdown_grace=self.shutdown_grace, max_payload=self.max_payload,
+            claim_ahead=self.claim_ahead, shutdown_grace=self.shutdown_grace, max_payload=self.max_payload,
             retention=retention, keep_last=self.keep_last,
         )  # fmt: skip
 

@@ -32,6 +32,10 @@ store answering again (each failing try is one connection attempt, cheap for a s
 UPCOMING = 64
 """Due times one read of ``upcoming_due`` returns: how many due instants a node sleeps
 through, one after another, before it asks again."""
+WAKE_LEAD_S = 0.005
+"""How long before a due time a node that claims ahead wakes for it: a claim's round
+trip, so that the run that waited for its due time in a slot starts on it. Later due
+times come with it, up to ``claim_ahead`` after the claim."""
 FAILURE_LOG_EVERY = 30
 """While claims keep failing, one log line per this many failures after the first."""
 # How far this node's estimate of the store's clock may be off (half a round trip).
@@ -100,7 +104,7 @@ class Claimer:
         try:
             claims = self.store.claim(
                 self.node_id, self.names, free, self.settings.lease, exclude=self._locked_elsewhere_ids(),
-                queues=self.queues,
+                queues=self.queues, ahead=self.settings.claim_ahead,
             )  # fmt: skip
         except Exception:
             self._give_back_lost_claims(asked_at - CLOCK_MARGIN)
@@ -121,7 +125,7 @@ class Claimer:
 
     def _seen_at(self, claims: list[Claim], asked_at: datetime) -> datetime:
         """What the claim saw as due, on the store's clock: ``asked_at`` (this node's
-        estimate of that clock) less how far behind the estimate the store's clock was
+        estimate of that clock) plus ``claim_ahead``, less how far behind the estimate the store's clock was
         lately seen (claimed rows say it: their leases began on the store's clock), and
         at least the latest due time among the tasks it took (an earlier one it did not
         take was due then too: held elsewhere). A time the estimate says has come may not
@@ -131,7 +135,7 @@ class Claimer:
             began = min(expiries) - timedelta(seconds=self.settings.lease)
             behind = min((asked_at - began).total_seconds(), MAX_CLOCK_LAG_S)
             self._clock_lag = max(behind, self._clock_lag * CLOCK_LAG_DECAY)
-        seen = asked_at - timedelta(seconds=max(0.0, self._clock_lag) + CLOCK_SLACK_S)
+        seen = asked_at + timedelta(seconds=self.settings.claim_ahead - max(0.0, self._clock_lag) - CLOCK_SLACK_S)
         return max(seen, *(c.task.next_run_at for c in claims)) if claims else seen
 
     def store_margin(self) -> float:
@@ -221,7 +225,8 @@ class Claimer:
         due = self.next_due(claimed_at)
         if due is None:
             return cap  # a follower is called on when needed
-        wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds()))
+        lead = min(self.settings.claim_ahead, WAKE_LEAD_S)  # claimed ahead, it starts on time
+        wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds() - lead))
         if wait == 0.0 and self.locked_elsewhere:
             # The due task may be one left out as locked elsewhere: retry when it may
             # be free (new work still wakes us), rather than spin on it.

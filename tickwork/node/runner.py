@@ -25,6 +25,7 @@ from tickwork.node.recorder import Recorder
 from tickwork.node.redis_locks import NodeLocks
 from tickwork.node.run import CancelReason, Run, RunState
 from tickwork.node.run_log import log_ended
+from tickwork.node.settings import MAX_CLAIM_AHEAD
 from tickwork.node.slots import Prefetch, RunTable
 from tickwork.node.stats import NodeStats
 from tickwork.schedules import decide, schedule_of, skipped_outcome
@@ -71,6 +72,7 @@ class Runner:
     def execute(self, run: Run) -> None:
         """The slot thread's whole job for one run; never raises, and never leaves the
         run behind: whatever goes wrong, it ends recorded (FAILED) or dropped."""
+        self._wait_until_due(run)
         if not run.advance_from(RunState.QUEUED, RunState.RUNNING):
             return  # given back at shutdown while it waited for this slot
         try:
@@ -83,6 +85,18 @@ class Runner:
             self.record(run, result)
         if run.stuck_note is not None:
             self._returned(run)
+
+    def _wait_until_due(self, run: Run) -> None:
+        """A task claimed ahead of its due time (``NodeSettings.claim_ahead``) starts at
+        that time, not before: its slot waits, a fraction of a second at most. A cancel
+        request or a claim given back at shutdown is seen when the wait ends (the run,
+        still QUEUED meanwhile, is then skipped as any queued run would be)."""
+        due = run.claim.task.next_run_at
+        while run.state is RunState.QUEUED and run.cancel_reason is None:
+            left = (due - self.store.approximate_now()).total_seconds()
+            if left <= 0:
+                return
+            time.sleep(min(left, MAX_CLAIM_AHEAD))
 
     def _returned(self, run: Run) -> None:
         """A thread reported stuck let go at last: its slot is free (the task moves on

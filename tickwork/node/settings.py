@@ -7,6 +7,11 @@ from datetime import timedelta
 
 from tickwork.errors import InvalidInput
 
+DEFAULT_CLAIM_AHEAD = 0.05
+MAX_CLAIM_AHEAD = 1.0
+"""A task claimed ahead is RUNNING, its lease running, before it starts: more than a
+second would hold slots and hide due work from the other nodes for nothing."""
+
 
 @dataclasses.dataclass(frozen=True)
 class NodeSettings:
@@ -16,6 +21,11 @@ class NodeSettings:
     """Seconds between lease renewals (shorter than the lease)."""
     poll_interval: float = 1.0
     """Longest sleep between claims when nothing wakes the node."""
+    claim_ahead: float = DEFAULT_CLAIM_AHEAD
+    """Seconds ahead of now a claim looks for plain tasks: a node woken for one due time
+    takes those due soon after it in the same claim and starts each at its due time
+    (sparse work costs a claim per this much time, not one per due time). 0: only due
+    tasks are claimed."""
     shutdown_grace: float = 30.0
     """Seconds running runs get to finish at shutdown before they are interrupted."""
     max_payload: int = 64 * 1024

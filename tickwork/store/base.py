@@ -139,10 +139,16 @@ class Store(Protocol):
         lease: float,
         exclude: Sequence[int] = (),
         queues: Sequence[str] | None = None,
+        ahead: float = 0.0,
     ) -> list[Claim]:
         """Claim at most ``limit`` due PENDING tasks with these names, for ``lease`` seconds,
         leaving out the ids in ``exclude`` (tasks the node knows another node is on), from
         the ``queues`` given (None: every queue).
+
+        ``ahead`` (seconds): plain tasks (no limit, priority 0) due up to that long from
+        now count as due too, so that one claim serves several close due times; the
+        caller starts each run at its due time, not before. Their execution rows say they
+        started then (the result's write records the real start).
 
         Due means ``next_run_at <= now``; oldest due first, higher priority first among
         tasks due at the same time (Quartz's order: it keeps the claim an index walk). Each

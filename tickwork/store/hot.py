@@ -92,6 +92,7 @@ class RowByRow:
             p["task_id"], p["attempt"], p["scheduled_for"], p["fence"] = (
                 row["id"], row["attempt"], scheduled_for, row["version"]
             )  # fmt: skip
+            p["started_at"] = max(p["now"], row["next_run_at"])  # claimed ahead: starts when due
             execution = s.fetch_one("insert_execution", p)
             assert execution is not None
             row["execution_id"], row["execution_scheduled_for"] = execution["id"], scheduled_for

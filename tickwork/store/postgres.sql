@@ -95,7 +95,7 @@ ORDER BY u.at LIMIT :ahead;
 WITH RECURSIVE {{served_queues}}
 SELECT c.* FROM served_queues q CROSS JOIN LATERAL (
     SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 0 AS lane FROM tickwork_tasks
-    WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :now AND priority = 0
+    WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :due_by AND priority = 0
       AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
       AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
     ORDER BY next_run_at, id
@@ -129,7 +129,7 @@ picked AS (
     -- and not taken stay locked only until this statement's transaction ends).
     SELECT c.id FROM served_queues q CROSS JOIN LATERAL (
         SELECT id, next_run_at FROM tickwork_tasks
-        WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :now AND priority = 0
+        WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :due_by AND priority = 0
           AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
           AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
         ORDER BY next_run_at, id
@@ -150,7 +150,8 @@ picked AS (
         CASE WHEN t.triggered THEN t.next_run_at ELSE t.scheduled_at END AS execution_scheduled_for
 ), logged AS (
     INSERT INTO tickwork_executions (id, task_id, attempt, scheduled_for, started_at, status, node, fence)
-    SELECT execution_id, id, attempt, execution_scheduled_for, :now, 'RUNNING', :node, version FROM claimed
+    SELECT execution_id, id, attempt, execution_scheduled_for, GREATEST(:now, next_run_at), 'RUNNING', :node, version
+    FROM claimed
 )
 SELECT claimed.*, lane_due.due AS lane_due FROM lane_due LEFT JOIN claimed ON true;
 
@@ -187,7 +188,8 @@ WITH candidate AS (
         CASE WHEN t.triggered THEN t.next_run_at ELSE t.scheduled_at END AS execution_scheduled_for
 ), logged AS (
     INSERT INTO tickwork_executions (id, task_id, attempt, scheduled_for, started_at, status, node, fence)
-    SELECT execution_id, id, attempt, execution_scheduled_for, :now, 'RUNNING', :node, version FROM claimed
+    SELECT execution_id, id, attempt, execution_scheduled_for, GREATEST(:now, next_run_at), 'RUNNING', :node, version
+    FROM claimed
 )
 SELECT * FROM claimed;
 

@@ -108,7 +108,7 @@ WHERE id = :execution_id AND status = 'RUNNING';
 
 -- name: insert_execution
 INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence)
-VALUES (:task_id, :attempt, :scheduled_for, :now, 'RUNNING', :node, :fence)
+VALUES (:task_id, :attempt, :scheduled_for, :started_at, 'RUNNING', :node, :fence)
 RETURNING id;
 
 -- name: renew_lease

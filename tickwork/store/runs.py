@@ -44,6 +44,7 @@ class Runs:
         lease: float,
         exclude: Sequence[int] = (),
         queues: Sequence[str] | None = None,
+        ahead: float = 0.0,
     ) -> list[Claim]:
         if limit <= 0 or not names or (queues is not None and not queues):
             return []
@@ -53,6 +54,7 @@ class Runs:
             now = d.approximate_now()
             params = {
                 "now": d.encode_time(now),
+                "due_by": d.encode_time(now + timedelta(seconds=ahead)) if ahead > 0 else d.encode_time(now),
                 "node": node,
                 "lease": lease,
                 "lease_until": d.encode_time(now + timedelta(seconds=lease)),

@@ -121,8 +121,9 @@ class SQLStore(QueueOps):
         lease: float,
         exclude: Sequence[int] = (),
         queues: Sequence[str] | None = None,
+        ahead: float = 0.0,
     ) -> list[Claim]:
-        return self._runs.claim(node, names, limit, lease, exclude, queues)
+        return self._runs.claim(node, names, limit, lease, exclude, queues, ahead)
 
     def renew(self, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
         return self._runs.renew(node, runs, lease)

@@ -20,7 +20,7 @@ WITH RECURSIVE {{served_queues}}
 SELECT t.id, t.version, t.name, t.next_run_at, t.priority, t.lock, t.max_running, t.rate_limit, 0 AS lane
 FROM served_queues q JOIN tickwork_tasks t ON t.id IN (
     SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_plain
-    WHERE i.queue = q.queue AND i.status = 'PENDING' AND i.next_run_at <= :now AND i.priority = 0
+    WHERE i.queue = q.queue AND i.status = 'PENDING' AND i.next_run_at <= :due_by AND i.priority = 0
       AND i.lock IS NULL AND i.max_running IS NULL AND i.rate_limit IS NULL
       AND i.name IN (SELECT value FROM json_each(:names)) AND i.id NOT IN (SELECT value FROM json_each(:exclude))
     ORDER BY i.next_run_at, i.id
