@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from tickwork import missed_slots, planning, validate, waiting
+from tickwork import gc_pause, missed_slots, planning, validate, waiting
 from tickwork.app_node import NodeMixin
 from tickwork.app_settings import DEFAULT_CLAIM_AHEAD, DEFAULT_MAX_PAYLOAD, DEFAULT_RETENTION, AppSettings, Setting
 from tickwork.clock import Clock, utcnow
@@ -262,13 +262,13 @@ class App(NodeMixin):
         """Schedule many tasks in one transaction: all are validated before any is stored.
 
         Each item holds ``task`` (name or function) and ``schedule()``'s keyword arguments.
-        """
-        requests = planning.check_items(
-            self.registry, items, max_payload=self.max_payload, misfire_grace=self.misfire_grace
-        )
-        now = self.store.approximate_now()
-        news = [planning.new_task(request, now) for request in requests]
-        stored = self.store.insert_tasks(news, max_pending=self.max_pending) if news else []
+        The cyclic garbage collector waits meanwhile (tickwork/gc_pause.py)."""
+        with gc_pause.paused():
+            grace = self.misfire_grace
+            requests = planning.check_items(self.registry, items, max_payload=self.max_payload, misfire_grace=grace)
+            now = self.store.approximate_now()
+            news = [planning.new_task(request, now) for request in requests]
+            stored = self.store.insert_tasks(news, max_pending=self.max_pending) if news else []
         self.wakeup.set()
         return stored
 
