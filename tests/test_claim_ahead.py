@@ -125,8 +125,9 @@ def test_a_node_starts_each_run_claimed_ahead_at_its_due_time_not_before(app: Ap
         (run,) = app.executions(task_id=task.id)
         assert run.started_at is not None and run.started_at >= task.next_run_at
     # six due times 50 ms apart, within one claim's second ahead: one claim took them
-    # all (plus the first claim on start and one for the news of the schedule)
-    assert claims <= 3, f"{claims} claims for 6 runs due within a second"
+    # all (plus the first claim on start, one for the news of the schedule and, on
+    # PostgreSQL, one when the node becomes its group's keeper); one each would be 8-9
+    assert claims <= 4, f"{claims} claims for 6 runs due within a second"
 
 
 def test_a_cancel_while_a_run_waits_for_its_due_time_ends_it_unrun(app: App) -> None:

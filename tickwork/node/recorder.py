@@ -2,6 +2,8 @@
 
 Every run that ends within the same few milliseconds shares one transaction (one
 ``store.finish`` call), each outcome still fenced by its own version and lease owner.
+On an idle node a batch may also wait a little for the runs that end soon after it
+(``hold``: Pacer.result_hold), so that sparse runs cost one write for several.
 A run keeps its slot, and its lease keeps being renewed, until its result is written:
 a slow store delays new claims, never the fencing. A result the store cannot take for
 now (it is away, read-only, or full) is kept and written again until it is taken or
@@ -40,8 +42,11 @@ class Recorder(Generic[T]):
         node_id: str,
         on_written: Callable[[list[tuple[T, Outcome, bool | None]]], None],
         stats: NodeStats = NO_STATS,
+        hold: Callable[[list[tuple[T, Outcome]]], float] = lambda batch: 0.0,
     ) -> None:
         self.store = store
+        self.hold = hold
+        """How long (s) a batch may wait for more results before it is written."""
         self.stats = stats
         self.node_id = node_id
         self.on_written = on_written
@@ -72,19 +77,34 @@ class Recorder(Generic[T]):
                 if first is None:
                     break
                 batch = [first]  # and whatever else ended meanwhile: one commit covers them all
-                while len(batch) < MAX_BATCH:
-                    try:
-                        more = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is None:
-                        stopping = True
-                        break
-                    batch.append(more)
+                stopping = self._more(batch, None) or self._more(batch, self.hold)
                 self._write(batch)
         except BaseException as exc:  # supervised: the node stops when this thread dies
             self.failure = exc
             raise
+
+    def _more(self, batch: list[tuple[T, Outcome]], hold: Callable[[list[tuple[T, Outcome]]], float] | None) -> bool:
+        """Add to ``batch`` what the queue holds (``hold`` None), or what comes while
+        ``hold`` allows, asked again as each result comes (a result may end the wait).
+        Returns whether the node is stopping (the wait then ends at once)."""
+        deadline = float("inf")
+        while len(batch) < MAX_BATCH:
+            if hold is None:
+                left = 0.0
+            else:
+                now = time.monotonic()
+                deadline = min(deadline, now + hold(batch))
+                left = deadline - now
+                if left <= 0:
+                    return False
+            try:
+                more = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                return False
+            if more is None:
+                return True
+            batch.append(more)
+        return False
 
     def _write(self, batch: list[tuple[T, Outcome]]) -> None:
         started = time.monotonic()

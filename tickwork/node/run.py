@@ -104,6 +104,12 @@ class Run:
         return self.definition.options.isolation is Isolation.PROCESS
 
     @property
+    def limited(self) -> bool:
+        """A limit other tasks may wait on governs its task: its end is news (pacing.py)."""
+        task = self.claim.task
+        return task.lock is not None or task.max_running is not None or task.rate_limit is not None
+
+    @property
     def task_id(self) -> int:
         return self.claim.task.id
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from tickwork.clock import utcnow
 from tickwork.context import Context
 from tickwork.events import Events, for_outcome
-from tickwork.model import ErrorInfo, ExecutionStatus, Outcome, Overlap, Status, Task
+from tickwork.model import ErrorInfo, ExecutionStatus, Outcome, Overlap, Status
 from tickwork.node.executor import Executor
 from tickwork.node.outcomes import RunResult, cancelled_result, outcome_for
 from tickwork.node.recorder import Recorder
@@ -240,9 +240,4 @@ class Runner:
             log.exception("could not release the Redis locks of %d runs; they expire with their TTL", len(runs))
         finally:
             self.runs.forget(runs)
-            self.on_forget(any(_limited(run.claim.task) for run in runs))
-
-
-def _limited(task: Task) -> bool:
-    """Whether a limit other tasks may wait on governs ``task``."""
-    return task.lock is not None or task.max_running is not None or task.rate_limit is not None
+            self.on_forget(any(run.limited for run in runs))

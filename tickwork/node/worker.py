@@ -31,7 +31,7 @@ from tickwork import validate
 from tickwork.errors import InvalidInput, NodeError
 from tickwork.events import Events
 from tickwork.logs import database_of
-from tickwork.model import Claim, Node
+from tickwork.model import Claim, Node, Outcome
 from tickwork.node.autoscale import Autoscaler
 from tickwork.node.claims import Claimer, Round
 from tickwork.node.executor import Executor
@@ -127,7 +127,7 @@ class Worker:
         )  # fmt: skip
         self.pacer = Pacer(self.claimer, store, self.wakeup, self._free_slots, settings.poll_interval)
         self.executor = Executor(settings.max_payload)
-        self.recorder: Recorder[Run] = Recorder(store, self.node_id, lambda done: self.runner.written(done), stats)
+        self.recorder: Recorder[Run] = Recorder(store, self.node_id, self._written, stats, hold=self.pacer.result_hold)
         self.runner = Runner(
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
@@ -183,6 +183,9 @@ class Worker:
             self.concurrency, scaling, ", ".join(self.queues) or "none", len(self.names), names or "none",
             extra={"node_id": self.node_id, "slots": self.concurrency, "tasks": self.names, "queues": self.queues},
         )  # fmt: skip
+
+    def _written(self, results: list[tuple[Run, Outcome, bool | None]]) -> None:
+        self.runner.written(results)  # the runner is made after the recorder it writes to
 
     def _free_slots(self) -> int:
         return self.concurrency + self.prefetch.extra() - self.running
