@@ -58,6 +58,7 @@ from tickwork.model import (
 )
 from tickwork.schedules import edited_decision
 from tickwork.store import insights, retention
+from tickwork.store.base import DueTime
 from tickwork.store.queues import LimitFacts, QueueInfo
 from tickwork.store.sql import RECENT_RUNS_WINDOW
 
@@ -314,25 +315,24 @@ class FakeStore:
             rate_limit=new.rate_limit,
         )
 
-    def upcoming_due(
-        self, names: Sequence[str], queues: Sequence[str] | None = None, ahead: int = 64
-    ) -> list[datetime]:
+    def upcoming_due(self, names: Sequence[str], queues: Sequence[str] | None = None, ahead: int = 64) -> list[DueTime]:
         wanted = set(names)
         with self._lock:
             due = [
-                (self._may_start_at(t), _in_lane(t))
+                (self._may_start_at(t), _in_lane(t), t.kind is Kind.ONE_TIME)
                 for t in self._tasks.values()
                 if t.status is Status.PENDING
                 and t.name in wanted
                 and (queues is None or t.queue in queues)
                 and not self._paused(t.queue)
             ]
-        lane = min((at for at, in_lane in due if in_lane), default=None)  # the times end at the lane's first
-        return sorted(at for at, _ in due if lane is None or at <= lane)[:ahead]
+        lane = min((at for at, in_lane, _ in due if in_lane), default=None)  # the times end at the lane's first
+        times = [DueTime(at, one_time and not in_lane) for at, in_lane, one_time in due if lane is None or at <= lane]
+        return sorted(times)[:ahead]
 
     def next_due_at(self, names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
         first = self.upcoming_due(names, queues, 1)
-        return first[0] if first else None
+        return first[0].at if first else None
 
     def _may_start_at(self, task: Task) -> datetime:
         """Its dispatch time, or its rate's next allowed start if later (next_due_at)."""
@@ -562,12 +562,12 @@ class FakeStore:
         with self._lock:
             now = self._now()
             until = now + timedelta(seconds=lease)
-            due_by = now + timedelta(seconds=ahead)  # plain tasks only: the lane is judged at now
+            due_by = now + timedelta(seconds=ahead)  # plain one-time tasks only (store/base.py)
             claimable = [
                 t
                 for t in self._tasks.values()
                 if t.status is Status.PENDING
-                and (t.next_run_at <= now or (t.next_run_at <= due_by and not _in_lane(t)))
+                and (t.next_run_at <= now or (t.next_run_at <= due_by and not _in_lane(t) and t.kind is Kind.ONE_TIME))
                 and t.name in wanted
                 and t.id not in excluded
                 and (served is None or t.queue in served)

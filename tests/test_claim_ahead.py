@@ -66,6 +66,15 @@ def test_tasks_with_a_limit_or_a_priority_are_not_claimed_ahead(any_store: Store
     assert any_store.claim(NODE, ["t.job"], 10, 30.0, ahead=10.0) == []
 
 
+def test_recurring_tasks_are_claimed_only_once_due(any_store: Store) -> None:
+    at = any_store.now() + timedelta(seconds=5)
+    recurring = NewTask(
+        name="t.job", args=[], kwargs={}, kind=Kind.RECURRING, scheduled_at=at, next_run_at=at, interval=60.0
+    )
+    any_store.insert_tasks([recurring])
+    assert any_store.claim(NODE, ["t.job"], 10, 30.0, ahead=10.0) == []
+
+
 def test_due_tasks_come_first_in_a_claim_ahead(any_store: Store) -> None:
     ahead, due = due_in(any_store, 5.0, -1.0)
     claims = any_store.claim(NODE, ["t.job"], 1, 30.0, ahead=10.0)
@@ -94,6 +103,10 @@ def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
 
     @app.task(name="t.job")
     def job(ctx: Context) -> None:
+        app.started_at[ctx.task_id] = app.store.now()  # type: ignore[attr-defined]
+
+    @app.task(name="t.limited", max_running=2)
+    def limited(ctx: Context) -> None:
         app.started_at[ctx.task_id] = app.store.now()  # type: ignore[attr-defined]
 
     @app.task(name="t.never")
@@ -128,6 +141,27 @@ def test_a_node_starts_each_run_claimed_ahead_at_its_due_time_not_before(app: Ap
     # all (plus the first claim on start, one for the news of the schedule and, on
     # PostgreSQL, one when the node becomes its group's keeper); one each would be 8-9
     assert claims <= 4, f"{claims} claims for 6 runs due within a second"
+
+
+def test_tasks_not_claimed_ahead_still_start_on_time_between_those_that_were(app: App) -> None:
+    """A claim that took a one-time task ahead did not take a recurring task or one under
+    a limit due before it: the node still wakes for those (the poll interval is 30 s
+    here: only its sleep to their due times can start them)."""
+    node = Node(app, concurrency=8)
+    try:
+        now = app.store.now()
+        first = app.schedule("t.job", at=now + timedelta(seconds=0.4))
+        limited = app.schedule("t.limited", at=now + timedelta(seconds=0.5))
+        recurring = app.schedule("t.job", every=3600, at=now + timedelta(seconds=0.6))
+        last = app.schedule("t.job", at=now + timedelta(seconds=0.7))
+        started: dict[int, datetime] = app.started_at  # type: ignore[attr-defined]
+        wanted = (first, limited, recurring, last)
+        assert wait_for(lambda: all(t.id in started for t in wanted), timeout=10)
+    finally:
+        node.stop()
+    for task in wanted:
+        late = (started[task.id] - task.next_run_at).total_seconds()
+        assert 0 <= late < 2.0, (task.name, late)
 
 
 def test_a_cancel_while_a_run_waits_for_its_due_time_ends_it_unrun(app: App) -> None:

@@ -16,7 +16,7 @@ from tickwork.model import Kind
 from tickwork.node.claims import Claimer
 from tickwork.node.health import StoreHealth
 from tickwork.node.settings import NodeSettings
-from tickwork.store.base import NewTask
+from tickwork.store.base import DueTime, NewTask
 from tickwork.wakeup import Rang, Wakeup
 
 POLL = 5.0
@@ -27,7 +27,7 @@ class CountingStore(FakeStore):
         super().__init__(clock=clock.now)
         self.reads = 0
 
-    def upcoming_due(self, *args: Any, **kwargs: Any) -> list[datetime]:
+    def upcoming_due(self, *args: Any, **kwargs: Any) -> list[DueTime]:
         self.reads += 1
         return super().upcoming_due(*args, **kwargs)
 
@@ -184,27 +184,70 @@ def ahead_claimer(store: CountingStore, clock: DrivenClock, ahead: float) -> Cla
     return Claimer(store, "n1", ["t.job"], settings, StoreHealth(30.0, clock.monotonic), clock=clock.monotonic)
 
 
-def test_a_node_that_claims_ahead_wakes_a_claims_round_trip_before_a_due_time(
+def test_one_claim_takes_the_due_times_within_its_reach_and_the_sleep_runs_past_them(
     store: CountingStore, clock: DrivenClock
 ) -> None:
     from tickwork.node.claims import WAKE_LEAD_S
 
-    due_in(store, clock, 1.0)
-    assert ahead_claimer(store, clock, 0.2).sleep_for(4, clock.now()) == pytest.approx(1.0 - WAKE_LEAD_S)
-    # never earlier than the claim looks ahead
-    assert ahead_claimer(store, clock, 0.001).sleep_for(4, clock.now()) == pytest.approx(0.999)
-
-
-def test_one_claim_takes_the_due_times_within_its_reach_and_the_sleep_runs_past_them(
-    store: CountingStore, clock: DrivenClock
-) -> None:
     claimer = ahead_claimer(store, clock, 0.2)
     due_in(store, clock, 0.0, 0.05, 0.15, 0.5)
     taken = claimer.claim(8)
     assert taken is not None and taken.claimed == 3  # due now and within 0.2 s; not 0.5
-    assert taken.seen_at >= clock.now() + timedelta(seconds=0.19)
-    # the next wake is for the task at 0.5 s (less the lead), not for those claimed
-    assert 0.45 < claimer.sleep_for(5, taken.seen_at) < 0.5
+    # the next wake is for the task at 0.5 s (a round trip early), not for those claimed
+    assert claimer.sleep_for(5, taken.seen_at) == pytest.approx(0.5 - WAKE_LEAD_S)
+
+
+def test_a_task_claimed_only_once_due_is_not_slept_past_by_a_claim_ahead(
+    store: CountingStore, clock: DrivenClock
+) -> None:
+    """A recurring task (or one of the lane) due within the reach of a claim is not taken
+    ahead: the node must still wake for it, not sleep to the next time after those the
+    claim took."""
+    claimer = ahead_claimer(store, clock, 0.2)
+    due_in(store, clock, 0.0, 0.15)
+    at = clock.now() + timedelta(seconds=0.1)
+    store.insert_tasks(
+        [NewTask(name="t.job", args=[], kwargs={}, kind=Kind.RECURRING, scheduled_at=at, next_run_at=at, interval=60.0)]
+    )
+    taken = claimer.claim(8)
+    assert taken is not None and taken.claimed == 2  # the one-time tasks
+    assert claimer.sleep_for(6, taken.seen_at) == pytest.approx(0.1)
+    clock.advance(0.1)
+    again = claimer.claim(6)
+    assert again is not None and again.claimed == 1  # the recurring task, once due
+
+
+def test_a_node_wakes_a_round_trip_early_only_for_a_task_it_can_claim_ahead(
+    store: CountingStore, clock: DrivenClock
+) -> None:
+    from tickwork.node.claims import WAKE_LEAD_S
+
+    claimer = ahead_claimer(store, clock, 0.2)
+    due_in(store, clock, 1.0)
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(1.0 - WAKE_LEAD_S)
+    at = clock.now() + timedelta(seconds=0.5)
+    store.insert_tasks(
+        [NewTask(name="t.job", args=[], kwargs={}, kind=Kind.RECURRING, scheduled_at=at, next_run_at=at, interval=60.0)]
+    )
+    claimer.forget_upcoming()
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(0.5)  # recurring: claimed once due
+
+
+def test_an_early_claim_that_did_not_get_its_task_leaves_the_node_to_sleep_to_the_time(
+    store: CountingStore, clock: DrivenClock
+) -> None:
+    """Held elsewhere, a task the node woke early for is not taken: the node then sleeps
+    to its due time instead of spinning on the early wake."""
+    from tickwork.node.claims import WAKE_LEAD_S
+
+    claimer = ahead_claimer(store, clock, 0.2)
+    due_in(store, clock, 1.0)
+    assert claimer.sleep_for(4, clock.now()) == pytest.approx(1.0 - WAKE_LEAD_S)  # the times read now
+    store.claim("other-node", ["t.job"], 1, 30.0, ahead=5.0)  # another node takes it meanwhile
+    clock.advance(1.0 - WAKE_LEAD_S)
+    got = claimer.claim(4)
+    assert got is not None and got.claimed == 0
+    assert claimer.sleep_for(4, got.seen_at) == pytest.approx(WAKE_LEAD_S)
 
 
 def test_sparse_due_times_cost_one_claim_per_reach_not_one_each(store: CountingStore, clock: DrivenClock) -> None:

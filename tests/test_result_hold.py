@@ -21,7 +21,7 @@ from tests.fake_store import FakeStore
 from tests.test_worker import Node
 from tickwork import App, Context, Status
 from tickwork.model import ExecutionStatus, Kind, Outcome
-from tickwork.node.claims import WAKE_LEAD_S, Claimer
+from tickwork.node.claims import Claimer
 from tickwork.node.health import StoreHealth
 from tickwork.node.outcomes import RunResult, outcome_for
 from tickwork.node.pacing import MAX_RESULT_HOLD_S, Pacer
@@ -148,7 +148,7 @@ def test_no_hold_for_a_limited_run_or_past_a_due_time_a_result_sets(pacer: tuple
     assert p.result_hold([(limited, ended(limited, store))]) == 0.0
     soon: datetime = store.now() + timedelta(seconds=0.02)
     again = dataclasses.replace(ended(plain, store), task_status=Status.PENDING, next_run_at=soon)
-    assert p.result_hold([(plain, again)]) == pytest.approx(0.02 - WAKE_LEAD_S, abs=0.003)
+    assert p.result_hold([(plain, again)]) == pytest.approx(0.02, abs=0.003)
 
 
 # -- nodes --------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from tickwork.limits import Candidate, KeyState
 from tickwork.model import ExecutionStatus, Kind, Status
 from tickwork.schedules import outcome_of
 from tickwork.store import Claim, NewTask, Store, open_store
+from tickwork.store.base import DueTime
 
 NAME = "lim.t"
 LEASE = 30.0
@@ -111,12 +112,13 @@ def test_the_due_times_a_node_sleeps_through_end_at_the_lanes_next_start(store: 
     the next is taken): plain times after it are left out, so that a node reads again once
     it has passed instead of sleeping past the rate's next start toward them."""
     plain = store.insert_tasks([due(store, offset=s) for s in (10, 20, 40)])
-    assert store.upcoming_due([NAME]) == [t.next_run_at for t in plain]
+    assert store.upcoming_due([NAME]) == [DueTime(t.next_run_at, True) for t in plain]  # one-time, plain
     [rated] = store.insert_tasks([due(store, offset=30, rate_limit="1/s")])
-    assert store.upcoming_due([NAME]) == [plain[0].next_run_at, plain[1].next_run_at, rated.next_run_at]
+    assert [u.at for u in store.upcoming_due([NAME])] == [plain[0].next_run_at, plain[1].next_run_at, rated.next_run_at]
+    assert store.upcoming_due([NAME])[-1].early is False  # the lane's: claimed only once due
     [early] = store.insert_tasks([due(store, offset=15, max_running=2)])
-    assert store.upcoming_due([NAME]) == [plain[0].next_run_at, early.next_run_at]
-    assert store.upcoming_due([NAME], ahead=1) == [plain[0].next_run_at]
+    assert [u.at for u in store.upcoming_due([NAME])] == [plain[0].next_run_at, early.next_run_at]
+    assert [u.at for u in store.upcoming_due([NAME], ahead=1)] == [plain[0].next_run_at]
 
 
 def test_tasks_without_limits_are_claimed_beside_held_back_ones(store: Store) -> None:

@@ -19,7 +19,7 @@ from tickwork.model import Claim
 from tickwork.node.health import SLOW_CALL_LEASES, StoreHealth
 from tickwork.node.redis_locks import NodeLocks
 from tickwork.node.settings import NodeSettings
-from tickwork.store.base import Store
+from tickwork.store.base import DueTime, Store
 
 log = logging.getLogger("tickwork.worker")
 
@@ -33,9 +33,8 @@ UPCOMING = 64
 """Due times one read of ``upcoming_due`` returns: how many due instants a node sleeps
 through, one after another, before it asks again."""
 WAKE_LEAD_S = 0.005
-"""How long before a due time a node that claims ahead wakes for it: a claim's round
-trip, so that the run that waited for its due time in a slot starts on it. Later due
-times come with it, up to ``claim_ahead`` after the claim."""
+"""How long before the due time of a task a claim can take ahead a node wakes for it (a
+claim's round trip): its run, waiting in its slot, then starts on its due time."""
 FAILURE_LOG_EVERY = 30
 """While claims keep failing, one log line per this many failures after the first."""
 # How far this node's estimate of the store's clock may be off (half a round trip).
@@ -87,11 +86,12 @@ class Claimer:
         self.locked_elsewhere: dict[int, float] = {}  # task id -> monotonic time to try it again
         self.failures = 0
         self._failing_since = 0.0
-        self._upcoming: list[datetime] = []  # due times still ahead, earliest first (sleep_for)
+        self._upcoming: list[DueTime] = []  # due times still ahead, earliest first (sleep_for)
         self._upcoming_read = float("-inf")
         self._expected: list[datetime] = []  # due times this node's own results set (expect)
         self._expected_lock = threading.Lock()
         self._clock_lag = 0.0  # how far behind this node's estimate the store's clock was seen (s)
+        self._asked_at: datetime | None = None  # when the last claim was asked (store clock, estimated)
         self.watch_due = True
         """False while another node keeps the due times (tickwork/node/pacing.py): this
         one then sleeps the poll interval between claims, woken by news."""
@@ -99,7 +99,7 @@ class Claimer:
     def claim(self, free: int) -> Round | None:
         """Claim up to ``free`` due tasks; None when the store failed (the caller pauses
         for ``error_pause()``)."""
-        asked_at = self.store.approximate_now()
+        asked_at = self._asked_at = self.store.approximate_now()
         started = self.clock()
         try:
             claims = self.store.claim(
@@ -121,22 +121,25 @@ class Claimer:
         tokens, refused = self._lock(claims)
         kept = [(c, tokens.get(c.execution_id)) for c in claims if c.execution_id not in refused]
         seen_at = self._seen_at(claims, asked_at)
+        self._claimed_ahead([c.task.next_run_at for c in claims if c.task.next_run_at > seen_at])
         return Round(kept, len(claims), self._lease_start(claims, started), took, seen_at)
 
     def _seen_at(self, claims: list[Claim], asked_at: datetime) -> datetime:
         """What the claim saw as due, on the store's clock: ``asked_at`` (this node's
-        estimate of that clock) plus ``claim_ahead``, less how far behind the estimate the store's clock was
+        estimate of that clock) less how far behind the estimate the store's clock was
         lately seen (claimed rows say it: their leases began on the store's clock), and
-        at least the latest due time among the tasks it took (an earlier one it did not
-        take was due then too: held elsewhere). A time the estimate says has come may not
-        have come for the store yet: passing it over would leave its task to the next poll."""
+        at least the latest due time among the due tasks it took (an earlier one it did
+        not take was due then too: held elsewhere). A time the estimate says has come may
+        not have come for the store yet: passing it over would leave its task to the next
+        poll. Tasks claimed ahead (``claim_ahead``) do not move it: a task of the lane or a
+        recurring one due before them was not claimable yet (``_claimed_ahead``)."""
         expiries = [c.task.lease_expires_at for c in claims if c.task.lease_expires_at is not None]
         if expiries:
             began = min(expiries) - timedelta(seconds=self.settings.lease)
             behind = min((asked_at - began).total_seconds(), MAX_CLOCK_LAG_S)
             self._clock_lag = max(behind, self._clock_lag * CLOCK_LAG_DECAY)
-        seen = asked_at + timedelta(seconds=self.settings.claim_ahead - max(0.0, self._clock_lag) - CLOCK_SLACK_S)
-        return max(seen, *(c.task.next_run_at for c in claims)) if claims else seen
+        seen = asked_at - timedelta(seconds=max(0.0, self._clock_lag) + CLOCK_SLACK_S)
+        return max(seen, *(t for c in claims if (t := c.task.next_run_at) <= asked_at), seen)
 
     def store_margin(self) -> float:
         """Seconds after a due time by this node's estimate of the store's clock by which
@@ -222,29 +225,41 @@ class Claimer:
         cap = self.settings.poll_interval
         if idle_slots <= 0:
             return cap  # a finishing run wakes us
-        due = self.next_due(claimed_at)
+        due = self._next(claimed_at)
         if due is None:
             return cap  # a follower is called on when needed
-        lead = min(self.settings.claim_ahead, WAKE_LEAD_S)  # claimed ahead, it starts on time
-        wait = min(cap, max(0.0, (due - self.store.approximate_now()).total_seconds() - lead))
+        wait = min(cap, max(0.0, (due.at - self.store.approximate_now()).total_seconds() - self._lead(due)))
         if wait == 0.0 and self.locked_elsewhere:
             # The due task may be one left out as locked elsewhere: retry when it may
             # be free (new work still wakes us), rather than spin on it.
             wait = min(cap, max(0.0, min(self.locked_elsewhere.values()) - self.clock()))
         return wait
 
+    def _lead(self, due: DueTime) -> float:
+        """How long before ``due`` to wake: a claim's round trip for a task a claim can
+        take ahead, once (a claim asked that early that did not take it, held
+        elsewhere, leaves the node to sleep to the time itself)."""
+        lead = min(self.settings.claim_ahead, WAKE_LEAD_S) if due.early else 0.0
+        if lead and self._asked_at is not None and self._asked_at >= due.at - timedelta(seconds=lead):
+            return 0.0
+        return lead
+
     def next_due(self, claimed_at: datetime | None, *, read_when_out: bool = True) -> datetime | None:
         """The first due time after ``claimed_at`` this node watches (a follower: only
         those its own results set); None when there is none, or the store failed.
         ``read_when_out=False``: the times read last are not read again merely because
         they ran out (a full keeper's watch)."""
+        due = self._next(claimed_at, read_when_out)
+        return None if due is None else due.at
+
+    def _next(self, claimed_at: datetime | None, read_when_out: bool = True) -> DueTime | None:
         try:
             due = self._next_due(claimed_at, read_when_out) if self.watch_due else None
         except Exception:
             log.exception("next_due_at failed")
             return None
-        own = self._expected_after(claimed_at)
-        return own if own is not None and (due is None or own < due) else due
+        own = self._expected_after(claimed_at)  # a retry or a next slot: not taken ahead
+        return DueTime(own, False) if own is not None and (due is None or own < due.at) else due
 
     def expect(self, times: list[datetime]) -> None:
         """Due times this node's own results set (on the recorder's thread): watched even
@@ -258,13 +273,28 @@ class Claimer:
                 self._expected = [t for t in self._expected if t > claimed_at]
             return self._expected[0] if self._expected else None
 
+    def _claimed_ahead(self, times: list[datetime]) -> None:
+        """Due times of tasks a claim took ahead of time (their runs wait in their slots):
+        struck from the times this node sleeps to, one occurrence each, so that it does
+        not wake for them; the others in between (the lane's, recurring tasks', which are
+        claimed only once due) stay."""
+        for at in times:
+            for i, due in enumerate(self._upcoming):
+                if due.at == at:
+                    del self._upcoming[i]
+                    break
+        with self._expected_lock:
+            for at in times:
+                if at in self._expected:
+                    self._expected.remove(at)
+
     def forget_upcoming(self) -> None:
         """What is due may have changed (a NOTIFY, work scheduled here, runs given back or
         recovered): the next sleep asks the store again."""
         self._upcoming = []
         self._upcoming_read = float("-inf")
 
-    def _next_due(self, claimed_at: datetime | None, read_when_out: bool = True) -> datetime | None:
+    def _next_due(self, claimed_at: datetime | None, read_when_out: bool = True) -> DueTime | None:
         """The first due time later than ``claimed_at`` (any, when None): from the due
         times read last, unless none is left or they are a poll interval old."""
         if self.clock() - self._upcoming_read <= self.settings.poll_interval:
@@ -275,6 +305,6 @@ class Claimer:
         self._upcoming_read = self.clock()
         return self._first_after(claimed_at)
 
-    def _first_after(self, claimed_at: datetime | None) -> datetime | None:
-        self._upcoming = [t for t in self._upcoming if claimed_at is None or t > claimed_at]
+    def _first_after(self, claimed_at: datetime | None) -> DueTime | None:
+        self._upcoming = [t for t in self._upcoming if claimed_at is None or t.at > claimed_at]
         return self._upcoming[0] if self._upcoming else None

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from tickwork.model import Outcome, Status
-from tickwork.node.claims import WAKE_LEAD_S, Claimer, Round
+from tickwork.node.claims import Claimer, Round
 from tickwork.node.run import Run
 from tickwork.store.base import Store
 from tickwork.wakeup import Rang, Wakeup
@@ -126,11 +126,11 @@ class Pacer:
 
     def result_hold(self, batch: Sequence[tuple[Run, Outcome]]) -> float:
         """How long ended runs' results may wait to be written with those of runs that end
-        soon after (one write for several: Recorder): up to ``claim_ahead`` (and at most
-        ``MAX_RESULT_HOLD_S``) while the
-        poll loop sleeps, slots idle, to a due time (no claim waits for these slots),
-        never for a run whose end may let a limit's held-back tasks go, and not past a
-        due time a result sets (a recurring task's next slot, a retry)."""
+        soon after (one write for several: Recorder): up to ``claim_ahead``, and at most
+        ``MAX_RESULT_HOLD_S``, while the poll loop sleeps, slots idle, to a due time (no
+        claim waits for these slots); never for a run whose end may let a limit's
+        held-back tasks go, and not past a due time a result sets (a recurring task's
+        next slot, a retry)."""
         hold = min(self.claimer.settings.claim_ahead, MAX_RESULT_HOLD_S)
         if hold <= 0 or not self._idle:
             return 0.0
@@ -140,7 +140,7 @@ class Pacer:
                 return 0.0
             if outcome.task_status is Status.PENDING:
                 now = now or self.store.approximate_now()
-                hold = min(hold, (outcome.next_run_at - now).total_seconds() - WAKE_LEAD_S)
+                hold = min(hold, (outcome.next_run_at - now).total_seconds())
         return max(0.0, hold)
 
     def due_again(self, times: list[datetime]) -> None:

@@ -22,10 +22,11 @@ class NodeSettings:
     poll_interval: float = 1.0
     """Longest sleep between claims when nothing wakes the node."""
     claim_ahead: float = DEFAULT_CLAIM_AHEAD
-    """Seconds ahead of now a claim looks for plain tasks: a node woken for one due time
-    takes those due soon after it in the same claim and starts each at its due time
-    (sparse work costs a claim per this much time, not one per due time). 0: only due
-    tasks are claimed."""
+    """Seconds ahead of now a claim looks for plain one-time tasks: a node woken for one
+    due time takes those due soon after it in the same claim and starts each at its due
+    time (sparse work costs a claim per this much time, not one per due time); an idle
+    node also holds a result up to this long (at most 50 ms) to write it with others.
+    0: only due tasks are claimed, and every result is written at once."""
     shutdown_grace: float = 30.0
     """Seconds running runs get to finish at shutdown before they are interrupted."""
     max_payload: int = 64 * 1024

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from tickwork.changes import Edit, SyncView, SyncWrites
 from tickwork.model import (
@@ -57,6 +57,14 @@ __all__ = [
     "Store",
     "Throughput",
 ]
+
+
+class DueTime(NamedTuple):
+    """One of ``upcoming_due``'s times, and whether a claim looking ahead
+    (``claim(ahead=)``) can take its task before it: a plain one-time task's."""
+
+    at: datetime
+    early: bool
 
 
 class Store(Protocol):
@@ -122,9 +130,7 @@ class Store(Protocol):
         queues; None: any), or None."""
         ...
 
-    def upcoming_due(
-        self, names: Sequence[str], queues: Sequence[str] | None = None, ahead: int = 64
-    ) -> list[datetime]:
+    def upcoming_due(self, names: Sequence[str], queues: Sequence[str] | None = None, ahead: int = 64) -> list[DueTime]:
         """Up to ``ahead`` of the next dispatch times ``next_due_at`` would give, earliest
         first (each served queue's first ``ahead``, and the lane's earliest, after which
         none: the lane's next is unknown until it passes): a node's sleep hints from one
@@ -145,10 +151,13 @@ class Store(Protocol):
         leaving out the ids in ``exclude`` (tasks the node knows another node is on), from
         the ``queues`` given (None: every queue).
 
-        ``ahead`` (seconds): plain tasks (no limit, priority 0) due up to that long from
-        now count as due too, so that one claim serves several close due times; the
-        caller starts each run at its due time, not before. Their execution rows say they
-        started then (the result's write records the real start).
+        ``ahead`` (seconds): plain one-time tasks (no limit, priority 0) due up to that
+        long from now count as due too, so that one claim serves several close due times;
+        the caller starts each run at its due time, not before. Their execution rows say
+        they started then (the result's write records the real start). A recurring task is
+        claimed only once due: claimed ahead, one whose period is about that short would
+        be RUNNING nearly all the time (and its history, kept whole while it runs, never
+        pruned); so is a task of the lane, whose limits are judged at a moment.
 
         Due means ``next_run_at <= now``; oldest due first, higher priority first among
         tasks due at the same time (Quartz's order: it keeps the claim an index walk). Each

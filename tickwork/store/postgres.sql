@@ -64,7 +64,8 @@ SELECT COUNT(*) AS n FROM (
 -- (tickwork/node/claims.py); next_due_at is the first. The lane gives only its earliest
 -- time (a rate's start after the next is known only once the next is taken), so the
 -- times end at it: a node that slept through them reads again once it has passed,
--- rather than sleep past the lane's next start toward a plain task's time.
+-- rather than sleep past the lane's next start toward a plain task's time. ``early``:
+-- a plain one-time task's time, which a claim looking ahead can take before it comes.
 WITH RECURSIVE {{served_queues}},
 lane(at) AS (
     SELECT MIN(CASE WHEN l.tat IS NOT NULL AND l.tat > c.next_run_at THEN l.tat ELSE c.next_run_at END)
@@ -77,14 +78,14 @@ lane(at) AS (
         ORDER BY next_run_at, id LIMIT 64) AS c
     LEFT JOIN tickwork_limits l ON l.key = 'rate:' || c.name
 )
-SELECT u.at FROM (
-    SELECT c.next_run_at AS at FROM served_queues q CROSS JOIN LATERAL (
-        SELECT next_run_at FROM tickwork_tasks
+SELECT u.at, u.early FROM (
+    SELECT c.next_run_at AS at, c.kind = 'ONE_TIME' AS early FROM served_queues q CROSS JOIN LATERAL (
+        SELECT next_run_at, kind FROM tickwork_tasks
         WHERE queue = q.queue AND status = 'PENDING' AND priority = 0
           AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL AND name = ANY(:names)
         ORDER BY next_run_at, id LIMIT :ahead) AS c
     UNION ALL
-    SELECT at FROM lane
+    SELECT at, false FROM lane
 ) AS u
 WHERE u.at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM lane WHERE lane.at < u.at)
 ORDER BY u.at LIMIT :ahead;
@@ -96,6 +97,7 @@ WITH RECURSIVE {{served_queues}}
 SELECT c.* FROM served_queues q CROSS JOIN LATERAL (
     SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 0 AS lane FROM tickwork_tasks
     WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :due_by AND priority = 0
+      AND (next_run_at <= :now OR kind = 'ONE_TIME')  -- claimed ahead: store/base.py
       AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
       AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
     ORDER BY next_run_at, id
@@ -130,6 +132,7 @@ picked AS (
     SELECT c.id FROM served_queues q CROSS JOIN LATERAL (
         SELECT id, next_run_at FROM tickwork_tasks
         WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :due_by AND priority = 0
+          AND (next_run_at <= :now OR kind = 'ONE_TIME')  -- claimed ahead: store/base.py
           AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
           AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
         ORDER BY next_run_at, id

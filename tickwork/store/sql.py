@@ -28,7 +28,7 @@ from tickwork.model import (
     TaskHeader,
 )  # fmt: skip
 from tickwork.store import edits, encoding, inserts, insights, retention
-from tickwork.store.base import Claim, NewTask, Outcome, Renewal, Skipping
+from tickwork.store.base import Claim, DueTime, NewTask, Outcome, Renewal, Skipping
 from tickwork.store.dialect import Dialect, Election, Row, Session, iter_statements, notify
 from tickwork.store.queues import QueueOps
 from tickwork.store.rows import Decoder, header
@@ -101,15 +101,13 @@ class SQLStore(QueueOps):
 
     def next_due_at(self, names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
         first = self.upcoming_due(names, queues, 1)
-        return first[0] if first else None
+        return first[0].at if first else None
 
-    def upcoming_due(
-        self, names: Sequence[str], queues: Sequence[str] | None = None, ahead: int = 64
-    ) -> list[datetime]:
+    def upcoming_due(self, names: Sequence[str], queues: Sequence[str] | None = None, ahead: int = 64) -> list[DueTime]:
         params = {"names": self.dialect.encode_names(names), "ahead": ahead, **queue_params(self.dialect, queues)}
         with self.dialect.reader() as s:
             rows = s.fetch_all("upcoming_due", params)
-        return [self._rows.time(r["at"]) for r in rows]
+        return [DueTime(self._rows.time(r["at"]), bool(r["early"])) for r in rows]
 
     # -- claims and leases (runs.py) ------------------------------------------------
 

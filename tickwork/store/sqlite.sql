@@ -21,6 +21,7 @@ SELECT t.id, t.version, t.name, t.next_run_at, t.priority, t.lock, t.max_running
 FROM served_queues q JOIN tickwork_tasks t ON t.id IN (
     SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_plain
     WHERE i.queue = q.queue AND i.status = 'PENDING' AND i.next_run_at <= :due_by AND i.priority = 0
+      AND (i.next_run_at <= :now OR i.kind = 'ONE_TIME')  -- claimed ahead: store/base.py
       AND i.lock IS NULL AND i.max_running IS NULL AND i.rate_limit IS NULL
       AND i.name IN (SELECT value FROM json_each(:names)) AND i.id NOT IN (SELECT value FROM json_each(:exclude))
     ORDER BY i.next_run_at, i.id
@@ -70,15 +71,15 @@ lane(at) AS MATERIALIZED (
         ORDER BY i.next_run_at, i.id LIMIT 64)
     LEFT JOIN tickwork_limits l ON l.key = 'rate:' || t.name
 )
-SELECT u.at FROM (
-    SELECT t.next_run_at AS at FROM served_queues q JOIN tickwork_tasks t ON t.id IN (
+SELECT u.at, u.early FROM (
+    SELECT t.next_run_at AS at, t.kind = 'ONE_TIME' AS early FROM served_queues q JOIN tickwork_tasks t ON t.id IN (
         SELECT i.id FROM tickwork_tasks i INDEXED BY tickwork_tasks_plain
         WHERE i.queue = q.queue AND i.status = 'PENDING' AND i.priority = 0
           AND i.lock IS NULL AND i.max_running IS NULL AND i.rate_limit IS NULL
           AND i.name IN (SELECT value FROM json_each(:names))
         ORDER BY i.next_run_at, i.id LIMIT :ahead)
     UNION ALL
-    SELECT at FROM lane
+    SELECT at, 0 FROM lane
 ) AS u
 WHERE u.at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM lane WHERE lane.at < u.at)
 ORDER BY u.at LIMIT :ahead;
