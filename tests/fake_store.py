@@ -108,6 +108,14 @@ SCAN_LIMITED = 500
 """store/limits.SCAN: most due tasks of the lane one claim reads."""
 
 
+def _started(logged: datetime | None, o: Outcome) -> datetime | None:
+    """The run's start as written: the outcome's, else the logged one, never after its
+    end (a run claimed ahead and cancelled before its due time never started)."""
+    if o.started_at is not None:
+        return _utc(o.started_at)
+    return None if logged is None else min(logged, _utc(o.finished_at))
+
+
 def _in_lane(task: Task) -> bool:
     """limits.sql's lane: a limit, or a priority other than 0."""
     return task.priority != 0 or task.lock is not None or task.max_running is not None or task.rate_limit is not None
@@ -742,7 +750,7 @@ class FakeStore:
         return dataclasses.replace(
             run,
             status=o.status,
-            started_at=run.started_at if o.started_at is None else _utc(o.started_at),
+            started_at=_started(run.started_at, o),
             finished_at=_utc(o.finished_at),
             error=error,
             result=None if result is None else json.loads(dumps(result)),

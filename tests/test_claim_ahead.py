@@ -19,6 +19,7 @@ from tests.test_worker import Node
 from tickwork import App, Context, ExecutionStatus, Status
 from tickwork.errors import InvalidInput
 from tickwork.model import Kind
+from tickwork.node.settings import NodeSettings
 from tickwork.store import NewTask, Store, open_store
 
 NODE = "ahead-node"
@@ -86,6 +87,13 @@ def test_due_tasks_come_first_in_a_claim_ahead(any_store: Store) -> None:
 def test_a_bad_claim_ahead_is_refused_naming_it(value: Any) -> None:
     with pytest.raises(InvalidInput) as raised:
         App("sqlite:///unused.db", claim_ahead=value)
+    assert raised.value.field == "claim_ahead"
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, float("nan")])
+def test_a_node_refuses_a_bad_claim_ahead_too(value: float) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        NodeSettings(claim_ahead=value)
     assert raised.value.field == "claim_ahead"
 
 
@@ -179,6 +187,10 @@ def test_a_cancel_while_a_run_waits_for_its_due_time_ends_it_unrun(app: App) -> 
         node.stop()
     assert app.get(waiting.id).status is Status.CANCELLED
     assert app.calls == []  # type: ignore[attr-defined]
+    (run,) = app.executions(task_id=waiting.id)
+    assert run.status is ExecutionStatus.CANCELLED
+    # it never started: no start after its end (the claim logged its due time as its start)
+    assert run.started_at is not None and run.finished_at is not None and run.started_at <= run.finished_at
 
 
 def test_a_run_waiting_for_its_due_time_is_given_back_at_shutdown(app: App) -> None:

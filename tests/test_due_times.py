@@ -250,6 +250,16 @@ def test_an_early_claim_that_did_not_get_its_task_leaves_the_node_to_sleep_to_th
     assert claimer.sleep_for(4, got.seen_at) == pytest.approx(WAKE_LEAD_S)
 
 
+def test_a_node_with_one_free_slot_claims_only_what_is_due(store: CountingStore, clock: DrivenClock) -> None:
+    """Its last slot is kept for what falls due first: a run claimed ahead would hold it."""
+    claimer = ahead_claimer(store, clock, 0.2)
+    due_in(store, clock, 0.1)
+    got = claimer.claim(1)
+    assert got is not None and got.claimed == 0
+    got = claimer.claim(2)
+    assert got is not None and got.claimed == 1
+
+
 def test_sparse_due_times_cost_one_claim_per_reach_not_one_each(store: CountingStore, clock: DrivenClock) -> None:
     """Due times 10 ms apart for a second, a claim looking 50 ms ahead: the node, sleeping
     as ``sleep_for`` says between claims, makes about one claim per 50 ms."""

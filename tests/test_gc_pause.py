@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -89,4 +90,20 @@ def test_overlapping_pauses_end_with_the_last_of_them() -> None:
     leave.set()
     other.join(10)
     assert not other.is_alive()
+    assert gc.isenabled()
+
+
+def test_a_child_forked_during_a_pause_runs_its_collector() -> None:
+    with gc_pause.paused():
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report and leave at once
+            os.write(write, b"1" if gc.isenabled() else b"0")
+            os._exit(0)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        assert os.read(read, 1) == b"1"
+        os.close(read)
+        assert status == 0
+        assert not gc.isenabled()  # the parent's pause goes on
     assert gc.isenabled()

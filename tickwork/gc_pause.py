@@ -17,12 +17,27 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from collections.abc import Iterator
 
 _lock = threading.Lock()
 _holders = 0
 _was_enabled = False
+
+
+def _after_fork_in_child() -> None:
+    """A child forked during a pause (by another thread) holds no pause: its collector
+    runs as the parent's did before it."""
+    global _holders, _was_enabled, _lock
+    _lock = threading.Lock()
+    if _holders and _was_enabled:
+        gc.enable()
+    _holders, _was_enabled = 0, False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextlib.contextmanager

@@ -32,6 +32,10 @@ store answering again (each failing try is one connection attempt, cheap for a s
 UPCOMING = 64
 """Due times one read of ``upcoming_due`` returns: how many due instants a node sleeps
 through, one after another, before it asks again."""
+AHEAD_MIN_FREE = 2
+"""A claim looks ahead only with this many slots free: a run claimed ahead holds its slot
+from the claim, and a node's last slot is kept for what falls due first (a recurring
+or limited task due before it, which a claim takes only once due)."""
 WAKE_LEAD_S = 0.005
 """How long before the due time of a task a claim can take ahead a node wakes for it (a
 claim's round trip): its run, waiting in its slot, then starts on its due time."""
@@ -104,7 +108,7 @@ class Claimer:
         try:
             claims = self.store.claim(
                 self.node_id, self.names, free, self.settings.lease, exclude=self._locked_elsewhere_ids(),
-                queues=self.queues, ahead=self.settings.claim_ahead,
+                queues=self.queues, ahead=self.settings.claim_ahead if free >= AHEAD_MIN_FREE else 0.0,
             )  # fmt: skip
         except Exception:
             self._give_back_lost_claims(asked_at - CLOCK_MARGIN)
@@ -275,18 +279,16 @@ class Claimer:
 
     def _claimed_ahead(self, times: list[datetime]) -> None:
         """Due times of tasks a claim took ahead of time (their runs wait in their slots):
-        struck from the times this node sleeps to, one occurrence each, so that it does
-        not wake for them; the others in between (the lane's, recurring tasks', which are
-        claimed only once due) stay."""
+        struck from the times this node sleeps to, one early time (a plain one-time
+        task's) each, so that it does not wake for them; the others in between (the
+        lane's, recurring tasks', which are claimed only once due) stay, and so do the
+        times this node's own results set (a follower's only ones: at worst one claim
+        more)."""
         for at in times:
             for i, due in enumerate(self._upcoming):
-                if due.at == at:
+                if due.at == at and due.early:
                     del self._upcoming[i]
                     break
-        with self._expected_lock:
-            for at in times:
-                if at in self._expected:
-                    self._expected.remove(at)
 
     def forget_upcoming(self) -> None:
         """What is due may have changed (a NOTIFY, work scheduled here, runs given back or

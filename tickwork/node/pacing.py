@@ -21,6 +21,7 @@ Two rules keep sparse work cheap (one claim per due instant, across all the node
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
@@ -57,6 +58,8 @@ class Pacer:
         self._idle = False
         """The poll loop sleeps after a claim that drained what was due, with slots idle
         (set by that claim, cleared when the sleep ends)."""
+        self._wakes_at = 0.0
+        """When (monotonic) the idle sleep ``after_claim`` chose ends at the latest."""
 
     def on_role(self, role: bool | None) -> None:
         """The store's election says who keeps the due times (on the listening thread)."""
@@ -80,7 +83,9 @@ class Pacer:
             return None  # every slot filled: more may be due
         self._drained_at = got.seen_at
         self._idle = True
-        return self.claimer.sleep_for(free - got.claimed, got.seen_at), True
+        seconds = self.claimer.sleep_for(free - got.claimed, got.seen_at)
+        self._wakes_at = time.monotonic() + seconds
+        return seconds, True
 
     def when_full(self) -> Pause:
         """The pause when no slot is free. A keeper still watches the due times (from the
@@ -127,11 +132,12 @@ class Pacer:
     def result_hold(self, batch: Sequence[tuple[Run, Outcome]]) -> float:
         """How long ended runs' results may wait to be written with those of runs that end
         soon after (one write for several: Recorder): up to ``claim_ahead``, and at most
-        ``MAX_RESULT_HOLD_S``, while the poll loop sleeps, slots idle, to a due time (no
-        claim waits for these slots); never for a run whose end may let a limit's
+        ``MAX_RESULT_HOLD_S``, while the poll loop sleeps, slots idle, to a due time, and
+        not past that sleep's end (news may end it sooner: a claim then finds these
+        slots still held, 50 ms at most); never for a run whose end may let a limit's
         held-back tasks go, and not past a due time a result sets (a recurring task's
         next slot, a retry)."""
-        hold = min(self.claimer.settings.claim_ahead, MAX_RESULT_HOLD_S)
+        hold = min(self.claimer.settings.claim_ahead, MAX_RESULT_HOLD_S, self._wakes_at - time.monotonic())
         if hold <= 0 or not self._idle:
             return 0.0
         now: datetime | None = None

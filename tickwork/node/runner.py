@@ -93,7 +93,7 @@ class Runner:
         still QUEUED meanwhile, is then skipped as any queued run would be)."""
         due = run.claim.task.next_run_at
         while run.state is RunState.QUEUED and run.cancel_reason is None:
-            left = (due - self.store.approximate_now()).total_seconds()
+            left = (due - self._now()).total_seconds()  # never raises: the slot must go on
             if left <= 0:
                 return
             time.sleep(min(left, MAX_CLAIM_AHEAD))

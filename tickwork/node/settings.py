@@ -37,6 +37,8 @@ class NodeSettings:
     """Executions of each recurring task kept whatever their age."""
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.claim_ahead <= MAX_CLAIM_AHEAD:  # NaN too
+            raise InvalidInput("claim_ahead", self.claim_ahead, f"must be 0 to {MAX_CLAIM_AHEAD:g} seconds")
         if not 0 < self.heartbeat < self.lease:
             raise InvalidInput(
                 "heartbeat", self.heartbeat, f"must be positive and shorter than the lease ({self.lease})"

@@ -96,8 +96,8 @@ ORDER BY u.at LIMIT :ahead;
 WITH RECURSIVE {{served_queues}}
 SELECT c.* FROM served_queues q CROSS JOIN LATERAL (
     SELECT id, version, name, next_run_at, priority, lock, max_running, rate_limit, 0 AS lane FROM tickwork_tasks
-    WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :due_by AND priority = 0
-      AND (next_run_at <= :now OR kind = 'ONE_TIME')  -- claimed ahead: store/base.py
+    WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :now + make_interval(secs => :ahead_s)
+      AND priority = 0 AND (next_run_at <= :now OR kind = 'ONE_TIME')  -- claimed ahead: store/base.py
       AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
       AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
     ORDER BY next_run_at, id
@@ -131,8 +131,8 @@ picked AS (
     -- and not taken stay locked only until this statement's transaction ends).
     SELECT c.id FROM served_queues q CROSS JOIN LATERAL (
         SELECT id, next_run_at FROM tickwork_tasks
-        WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :due_by AND priority = 0
-          AND (next_run_at <= :now OR kind = 'ONE_TIME')  -- claimed ahead: store/base.py
+        WHERE queue = q.queue AND status = 'PENDING' AND next_run_at <= :now + make_interval(secs => :ahead_s)
+          AND priority = 0 AND (next_run_at <= :now OR kind = 'ONE_TIME')  -- claimed ahead: store/base.py
           AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL
           AND name = ANY(:names) AND NOT (id = ANY(:exclude::bigint[]))
         ORDER BY next_run_at, id
@@ -304,7 +304,7 @@ WITH o AS (
     RETURNING t.id, o.fence, o.execution_id
 ), logged AS (
     UPDATE tickwork_executions e
-    SET status = o.status, started_at = COALESCE(o.started_at, e.started_at), finished_at = o.finished_at,
+    SET status = o.status, started_at = COALESCE(o.started_at, LEAST(e.started_at, o.finished_at)), finished_at = o.finished_at,
         error_type = o.error_type,
         error_message = o.error_message, error_traceback = o.error_traceback,
         result = o.result, note = o.note, skipped_count = o.skipped, skipped_last = o.skipped_last

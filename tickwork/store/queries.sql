@@ -177,8 +177,10 @@ WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'R
 RETURNING id;
 
 -- name: finish_execution
+-- (SQLite's: two-argument MIN is its LEAST.) A run that never started (claimed ahead,
+-- cancelled before its due time) keeps a start no later than its end.
 UPDATE tickwork_executions
-SET status = :status, started_at = COALESCE(:started_at, started_at), finished_at = :finished_at,
+SET status = :status, started_at = COALESCE(:started_at, MIN(started_at, :finished_at)), finished_at = :finished_at,
     error_type = :error_type,
     error_message = :error_message, error_traceback = :error_traceback,
     result = :result, note = :note, skipped_count = :skipped, skipped_last = :skipped_last

@@ -54,7 +54,8 @@ class Runs:
             now = d.approximate_now()
             params = {
                 "now": d.encode_time(now),
-                "due_by": d.encode_time(now + timedelta(seconds=ahead)) if ahead > 0 else d.encode_time(now),
+                "due_by": d.encode_time(now + timedelta(seconds=ahead)),  # SQLite's (PostgreSQL: now() + ahead_s)
+                "ahead_s": float(ahead),
                 "node": node,
                 "lease": lease,
                 "lease_until": d.encode_time(now + timedelta(seconds=lease)),
