@@ -70,6 +70,7 @@ def params(store: Store, queues: list[str] | None = None) -> dict[str, Any]:
         "unless_lane": True,  # claim_skip_locked as a claim first runs it: with its probe of the lane
         "ahead": 1,  # next_due_at's: a node's 64 read future tasks on purpose, 64 at most
         "due_by": d.encode_time(now),
+        "ahead_s": 0.0,
         **queue_params(d, ["default"] if queues is None else queues),
     }
 
