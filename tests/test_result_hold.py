@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -67,13 +66,19 @@ def ended(run: Run, store: FakeStore) -> Outcome:
 def test_a_held_batch_takes_the_results_that_come_within_the_hold() -> None:
     store = CountingFinish()
     runs = claimed_runs(store, 3)
-    written = threading.Event()
-    recorder: Recorder[Run] = Recorder(store, NODE, lambda done: written.set(), hold=lambda batch: 5.0)
+    written, holding = threading.Event(), threading.Event()
+
+    def hold(batch: list[tuple[Run, Outcome]]) -> float:
+        holding.set()
+        return 5.0
+
+    recorder: Recorder[Run] = Recorder(store, NODE, lambda done: written.set(), hold=hold)
     recorder.start()
     try:
-        for run in runs:
+        recorder.submit(runs[0], ended(runs[0], store))
+        assert holding.wait(5)  # the first result is taken and held: the others come after it
+        for run in runs[1:]:
             recorder.submit(run, ended(run, store))
-            time.sleep(0.02)  # spacing the results, not waiting for an outcome
         recorder.stop()  # the node stopping ends the hold at once
     finally:
         recorder.stop()

@@ -12,7 +12,7 @@ from tickwork.errors import InvalidInput
 from tickwork.lazy_store import resolve_url
 from tickwork.node.redis_locks import RedisMode
 from tickwork.node.settings import DEFAULT_CLAIM_AHEAD as DEFAULT_CLAIM_AHEAD  # App's default too
-from tickwork.node.settings import MAX_CLAIM_AHEAD, NodeSettings
+from tickwork.node.settings import NodeSettings, checked_claim_ahead
 
 DEFAULT_MAX_PAYLOAD = 64 * 1024
 DEFAULT_RETENTION = timedelta(days=30)
@@ -63,11 +63,8 @@ class AppSettings:
         heartbeat = validate.positive("heartbeat", self.heartbeat)
         if heartbeat >= lease:
             raise InvalidInput("heartbeat", self.heartbeat, f"must be shorter than the lease ({self.lease} s)")
-        claim_ahead = validate.non_negative("claim_ahead", self.claim_ahead)
-        if claim_ahead > MAX_CLAIM_AHEAD:
-            raise InvalidInput("claim_ahead", self.claim_ahead, f"must be at most {MAX_CLAIM_AHEAD:g} seconds")
         return {
-            "claim_ahead": claim_ahead,
+            "claim_ahead": checked_claim_ahead(self.claim_ahead),
             "lease": lease,
             "heartbeat": heartbeat,
             "poll_interval": validate.positive("poll_interval", self.poll_interval),

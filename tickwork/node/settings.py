@@ -13,6 +13,13 @@ MAX_CLAIM_AHEAD = 1.0
 second would hold slots and hide due work from the other nodes for nothing."""
 
 
+def checked_claim_ahead(value: float) -> float:
+    """``claim_ahead`` as seconds, or InvalidInput naming it (App's check and the node's)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= MAX_CLAIM_AHEAD:
+        raise InvalidInput("claim_ahead", value, f"must be a number of seconds from 0 to {MAX_CLAIM_AHEAD:g}")
+    return float(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeSettings:
     lease: float = 30.0
@@ -37,8 +44,7 @@ class NodeSettings:
     """Executions of each recurring task kept whatever their age."""
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.claim_ahead <= MAX_CLAIM_AHEAD:  # NaN too
-            raise InvalidInput("claim_ahead", self.claim_ahead, f"must be 0 to {MAX_CLAIM_AHEAD:g} seconds")
+        checked_claim_ahead(self.claim_ahead)
         if not 0 < self.heartbeat < self.lease:
             raise InvalidInput(
                 "heartbeat", self.heartbeat, f"must be positive and shorter than the lease ({self.lease})"
