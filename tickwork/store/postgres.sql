@@ -299,7 +299,11 @@ WITH o AS (
         last_decision = COALESCE(o.decision, t.last_decision),
         lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
     FROM o
-    WHERE t.id = o.task_id AND t.version = o.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
+    -- Each row found by primary key from the batch's (the status test is written so that it
+    -- does not match the lease index's predicate: with statistics that lag, the planner
+    -- would walk that index once per outcome, a cost that grows with the square of the batch).
+    WHERE t.id = o.task_id AND t.version = o.fence AND t.lease_owner = :node
+      AND t.status::text = 'RUNNING'::text COLLATE "C"
       AND (NOT :expired_only OR t.lease_expires_at < :now)
     RETURNING t.id, o.fence, o.execution_id
 ), logged AS (
@@ -317,7 +321,8 @@ SELECT id, fence, execution_id FROM settled;
 -- renew_lease for all of a node's runs in one statement.
 UPDATE tickwork_tasks t SET lease_expires_at = clock_timestamp() + make_interval(secs => :lease)
 FROM unnest(:ids::bigint[], :fences::bigint[]) AS r(id, fence)
-WHERE t.id = r.id AND t.version = r.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
+-- (by primary key, the status test kept off the lease index: as in write_outcomes_batch)
+WHERE t.id = r.id AND t.version = r.fence AND t.lease_owner = :node AND t.status::text = 'RUNNING'::text COLLATE "C"
 RETURNING t.id, t.version, t.cancel_requested, t.cancel_run_only;
 
 -- name: overrun_runs
