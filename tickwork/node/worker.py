@@ -60,7 +60,7 @@ log = logging.getLogger("tickwork.worker")
 # A busy node whose runs are short claims again once 1/N of its capacity is free.
 CLAIM_BATCH_DIVISOR = 4
 # Prefetch never exceeds this many claims per slot.
-PREFETCH_CAP_PER_SLOT = 4
+PREFETCH_CAP_PER_SLOT = 16
 # While cancelled runs are awaited at shutdown, say so this often.
 INTERRUPT_LOG_EVERY_S = 5.0
 # After the store failed, the reconciler waits a heartbeat plus this before reaping: room
