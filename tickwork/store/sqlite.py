@@ -31,6 +31,33 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 
 
+# While another process holds the write lock, ask again this often (seconds), then less
+# often up to the cap: SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25 ms…, so
+# a process that asks while the other writes waits far longer than the write takes, and
+# one writing in a tight loop keeps the file to itself.
+_LOCK_RETRY_S = 0.0001
+_LOCK_RETRY_CAP_S = 0.001
+
+
+def _begin_immediate(conn: sqlite3.Connection) -> None:
+    """BEGIN IMMEDIATE, waiting for another process's write to end in short steps of our
+    own rather than SQLite's long ones, for as long as the busy timeout."""
+    conn.execute("PRAGMA busy_timeout=0")
+    try:
+        deadline, pause = time.monotonic() + BUSY_TIMEOUT_S, _LOCK_RETRY_S
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(2 * pause, _LOCK_RETRY_CAP_S)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+
+
 class _Session:
     def __init__(self, conn: sqlite3.Connection, texts: Mapping[str, str]) -> None:
         self._conn = conn
@@ -118,7 +145,7 @@ class SQLiteDialect:
         # would serialise this process's threads at a fraction of the file's speed.
         with self._write_lock:
             conn = self._conn()
-            conn.execute("BEGIN IMMEDIATE")
+            _begin_immediate(conn)
             try:
                 yield _Session(conn, self.texts)
             except BaseException:
