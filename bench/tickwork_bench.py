@@ -23,6 +23,7 @@ sink file, so runs are counted outside the database too):
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import signal
 import sqlite3
@@ -164,6 +165,15 @@ def drop(store: Store) -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def compile_checkout() -> None:
+    """Byte-compile this checkout's modules before processes are started from it, as
+    ``pip install`` does for an installed package (the peers are installed): where
+    PYTHONDONTWRITEBYTECODE is set, every process would otherwise compile tickwork's
+    modules again at its start (~40 ms each on the 2-core machine)."""
+    for folder in ("tickwork", "bench"):
+        compileall.compile_dir(ROOT / folder, quiet=1)
+
+
 class Run:
     """Processes of one workload, and what their sink files say."""
 
@@ -174,6 +184,7 @@ class Run:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, count: int, *, ceiling: bool = False, poll: float = 1.0) -> float:
+        compile_checkout()
         launched = time.time()
         for _ in range(count):
             args = ["--ceiling", self.store.url] if ceiling else ["--node", self.store.url, "--poll", str(poll)]

@@ -23,14 +23,12 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
-
-import redis
-from redis.backoff import NoBackoff
-from redis.client import Pipeline
-from redis.retry import Retry
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tickwork.errors import InvalidInput, TickworkError
+
+if TYPE_CHECKING:
+    from redis.client import Pipeline
 
 T = TypeVar("T")
 
@@ -144,6 +142,12 @@ class RedisLocks:
         if not isinstance(url, str) or not url:
             raise InvalidInput("redis_url", url, "must be a redis:// URL")
         self.prefix = prefix
+        # Imported here: a deployment without Redis never pays for it (~50 ms a process).
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        self._errors = redis.exceptions.RedisError
         try:
             self._redis = redis.Redis.from_url(
                 url,
@@ -259,7 +263,7 @@ class RedisLocks:
         """True if Redis answers now; never raises."""
         try:
             return bool(self._redis.ping())
-        except redis.exceptions.RedisError:
+        except self._errors:
             return False
 
     def close(self) -> None:
@@ -276,5 +280,5 @@ class RedisLocks:
     def _call(self, do: Callable[[], T]) -> T:
         try:
             return do()
-        except redis.exceptions.RedisError as exc:
+        except self._errors as exc:
             raise LockStoreUnavailable(f"Redis lock store unavailable: {type(exc).__name__}: {exc}") from exc

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench.peers import workloads
 from bench.peers.systems import System, parse_system
+from bench.tickwork_bench import compile_checkout
 
 DEFAULT_SYSTEMS = "tickwork,pgqueuer,pgqueuer:batch_size=100,ceiling"
 SIZES = {"W1": 20_000, "W2": 2_000, "W3": 10_000}
@@ -94,6 +95,7 @@ def main() -> None:
     if unknown := [w for w in chosen if w not in SIZES]:
         raise SystemExit(f"unknown workload {unknown[0]!r}: W1, W2 or W3")
     print(f"# {versions()}", flush=True)
+    compile_checkout()  # as installed peers are: their modules byte-compiled by pip
     results: dict[str, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for system in systems:
