@@ -114,9 +114,9 @@ def run_slot(triggered: bool, scheduled_at: _T, next_run_at: _T) -> _T:
     task's nominal slot (``scheduled_at``, which jitter and retry delays never move).
 
     Generic in the time's type: the store applies it to values as they are stored.
-    PostgreSQL's set-based claims repeat it in SQL (``claim_skip_locked`` and
-    ``claim_cas_batch`` in postgres.sql); tests/test_store_rules.py holds every copy
-    to one table."""
+    The set-based claims repeat it in SQL (``claim_skip_locked`` and ``claim_cas_batch``
+    in postgres.sql, ``log_claimed_runs`` in sqlite.sql); tests/test_store_rules.py
+    holds every copy to one table."""
     return next_run_at if triggered else scheduled_at
 
 

@@ -87,14 +87,6 @@ due_per_queue(queue, due, oldest) AS (
     GROUP BY t.queue
 )
 
--- name: claim_task
--- Compare-and-set on version: 0 rows means another node won this task.
-UPDATE tickwork_tasks
-SET status = 'RUNNING', version = version + 1, lease_owner = :node,
-    lease_expires_at = :lease_until, attempt = attempt + 1, updated_at = :now
-WHERE id = :id AND version = :version AND status = 'PENDING' AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
-RETURNING *;
-
 -- name: fail_undecodable
 UPDATE tickwork_tasks
 SET status = 'FAILED', last_status = 'FAILED', lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
@@ -105,11 +97,6 @@ UPDATE tickwork_executions
 SET status = 'FAILED', finished_at = :now, error_type = 'UndecodableTask',
     error_message = 'the stored task could not be read by this version of tickwork'
 WHERE id = :execution_id AND status = 'RUNNING';
-
--- name: insert_execution
-INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence)
-VALUES (:task_id, :attempt, :scheduled_for, :started_at, 'RUNNING', :node, :fence)
-RETURNING id;
 
 -- name: renew_lease
 UPDATE tickwork_tasks SET lease_expires_at = :lease_until

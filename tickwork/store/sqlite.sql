@@ -84,6 +84,29 @@ SELECT u.at, u.early FROM (
 WHERE u.at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM lane WHERE lane.at < u.at)
 ORDER BY u.at LIMIT :ahead;
 
+-- name: claim_batch
+-- The compare-and-set of a batch of candidates, each [id, version] (a JSON array): in the
+-- write transaction that read them, so no other writer came between; the version is
+-- checked all the same (a row changed since its read is skipped). Each row found by its
+-- id: the first IN drives the lookups, the second checks the pair.
+UPDATE tickwork_tasks
+SET status = 'RUNNING', version = version + 1, lease_owner = :node,
+    lease_expires_at = :lease_until, attempt = attempt + 1, updated_at = :now
+WHERE id IN (SELECT json_extract(c.value, '$[0]') FROM json_each(:candidates) AS c)
+  AND (id, version) IN (SELECT json_extract(c.value, '$[0]'), json_extract(c.value, '$[1]') FROM json_each(:candidates) AS c)
+  AND status = 'PENDING' AND queue NOT IN (SELECT name FROM tickwork_queues WHERE paused)
+RETURNING *;
+
+-- name: log_claimed_runs
+-- The execution rows of the runs claim_batch just claimed (:ids), in the same transaction.
+-- scheduled_for is tickwork.schedules.run_slot (tests/test_store_rules.py); a run claimed
+-- ahead of its due time starts when due (MAX: SQLite's GREATEST).
+INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, status, node, fence)
+SELECT id, attempt, CASE WHEN triggered THEN next_run_at ELSE scheduled_at END, MAX(:now, next_run_at),
+    'RUNNING', :node, version
+FROM tickwork_tasks WHERE id IN (SELECT value FROM json_each(:ids))
+RETURNING id, task_id, scheduled_for;
+
 -- name: allocate_task_ids
 -- Ids for the tasks one insert_tasks adds, as one JSON array (see postgres.sql): the next ones after the
 -- table's AUTOINCREMENT counter, which no other writer moves while this transaction
