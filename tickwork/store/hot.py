@@ -93,7 +93,7 @@ class RowByRow:
         for row in rows:
             execution = logged[int(row["id"])]
             row["execution_id"], row["execution_scheduled_for"] = execution["id"], execution["scheduled_for"]
-        return rows
+        return list(rows)
 
     def renew(self, s: Session, node: str, runs: Sequence[tuple[int, int]], lease: float) -> list[Renewal]:
         d = self._d
