@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -60,24 +60,30 @@ OPTIONAL_OUTCOME_KEYS = (
 def outcome_object(o: Outcome) -> dict[str, Any]:
     """One outcome as a JSON object (times as ISO text): a row of ``write_outcomes_batch``'s
     batch, without the keys whose value is None (the server reads a missing key as NULL;
-    a run that ended well then encodes a third less text). A result that cannot be
-    stored costs that result (noted on the execution), never the batch it is written with."""
+    a run that ended well then encodes a third less text)."""
+    return _outcome_fields(o, datetime.isoformat)
+
+
+def _outcome_fields(o: Outcome, time: Callable[[datetime], Any]) -> dict[str, Any]:
+    """An outcome's values by key, times encoded by ``time``, the keys of None values left
+    out. A result that cannot be stored costs that result (noted on the execution), never
+    the batch it is written with."""
     row: dict[str, Any] = {
         "task_id": o.task_id,
         "fence": o.fence,
         "execution_id": o.execution_id,
         "status": o.status.value,
         "task_status": o.task_status.value,
-        "scheduled_at": o.scheduled_at.isoformat(),
-        "next_run_at": o.next_run_at.isoformat(),
-        "finished_at": o.finished_at.isoformat(),
+        "scheduled_at": time(o.scheduled_at),
+        "next_run_at": time(o.next_run_at),
+        "finished_at": time(o.finished_at),
         "attempt": o.attempt,
         "triggered": o.triggered,
         "counts": o.counts,
         "lost_runs": o.lost_runs,
     }
     if o.started_at is not None:
-        row["started_at"] = o.started_at.isoformat()
+        row["started_at"] = time(o.started_at)
     if o.error is not None:
         row["error_type"] = clean_text(o.error.type)
         row["error_message"] = clean_text(o.error.message)
@@ -92,7 +98,7 @@ def outcome_object(o: Outcome) -> dict[str, Any]:
     if o.skipped is not None:
         row["skipped"] = o.skipped
     if o.skipped_last is not None:
-        row["skipped_last"] = o.skipped_last.isoformat()
+        row["skipped_last"] = time(o.skipped_last)
     if o.decision:
         row["decision"] = clean_text(o.decision)
     return row
@@ -100,16 +106,10 @@ def outcome_object(o: Outcome) -> dict[str, Any]:
 
 def outcome_params(d: Dialect, o: Outcome) -> dict[str, Any]:
     """The parameters of ``write_outcome`` and ``finish_execution`` for one outcome."""
-    row = {**dict.fromkeys(OPTIONAL_OUTCOME_KEYS), **outcome_object(o)}
-    return {
-        **row,
-        "scheduled_at": d.encode_time(o.scheduled_at),
-        "next_run_at": d.encode_time(o.next_run_at),
-        "finished_at": d.encode_time(o.finished_at),
-        "started_at": d.encode_time(o.started_at),
-        "skipped_last": d.encode_time(o.skipped_last),
-        "result": None if row["result"] is None else d.encode_json(row["result"]),
-    }
+    row = {**dict.fromkeys(OPTIONAL_OUTCOME_KEYS), **_outcome_fields(o, d.encode_time)}
+    if row["result"] is not None:
+        row["result"] = d.encode_json(row["result"])
+    return row
 
 
 def skipping(d: Dialect, task_id: int, skip: Skipping, now: Any) -> dict[str, Any]:
