@@ -88,9 +88,11 @@ due_per_queue(queue, due, oldest) AS (
 )
 
 -- name: fail_undecodable
+-- A claimed task its node cannot read, written just after the claim: still under that
+-- claim's fence.
 UPDATE tickwork_tasks
 SET status = 'FAILED', last_status = 'FAILED', lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
-WHERE id = :id;
+WHERE id = :id AND version = :fence AND lease_owner = :node;
 
 -- name: fail_undecodable_run
 UPDATE tickwork_executions

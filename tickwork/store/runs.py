@@ -19,6 +19,9 @@ from tickwork.store.rows import Decoder
 
 log = logging.getLogger("tickwork.store")
 
+Claimed = tuple[Row, datetime | None]
+"""A claimed row, and when a limit's wait makes its misfire judged (None: now)."""
+
 
 class Runs:
     """Claims and leases on one dialect, with one claim strategy."""
@@ -49,7 +52,6 @@ class Runs:
         if limit <= 0 or not names or (queues is not None and not queues):
             return []
         d = self.dialect
-        claims: list[Claim] = []
         with self.hot.session() as s:
             now = d.approximate_now()
             params = {
@@ -65,36 +67,38 @@ class Runs:
                 "lane": False,
                 **queue_params(d, queues),
             }
+            claimed = self._claim_rows(s, params, list(exclude))
+        # Decoded once the claim's transaction is over: on SQLite it holds the file's
+        # write lock, which the other processes wait for.
+        return in_claim_order(self._decoded(node, claimed))
+
+    def _claim_rows(self, s: Session, params: dict[str, Any], exclude: list[int]) -> list[Claimed]:
+        """The rows of one claim, each with when a limit's wait makes its misfire judged."""
+        d, limit = self.dialect, params["limit"]
+        if self.strategy == "skip_locked":
+            if not self.lane_seen:
+                gated = s.fetch_all("claim_skip_locked", {**params, "unless_lane": True})
+                if not (gated and gated[0]["lane_due"]):  # the lane is empty: this was the whole claim
+                    return [(r, None) for r in gated if r["id"] is not None]
+            lane, plain = limits.candidates(d, s, params), []
+            self.lane_seen = bool(lane)
+        else:  # both kinds of candidate in one round trip
+            both = s.fetch_all("claim_candidates_and_lane", {**params, "scan": limits.SCAN})
+            lane = limits.decode(d, [r for r in both if r["lane"]])
+            plain = [r for r in both if not r["lane"]]
+        claimed = self._claim_lane(s, params, [c for c in lane if c.priority >= 0], limit)
+        params["limit"] = limit - len(claimed)
+        if params["limit"] > 0:
             if self.strategy == "skip_locked":
-                if not self.lane_seen:
-                    gated = s.fetch_all("claim_skip_locked", {**params, "unless_lane": True})
-                    if not (gated and gated[0]["lane_due"]):  # the lane is empty: this was the whole claim
-                        return in_claim_order(self._claimed(s, gated))
-                lane, plain = limits.candidates(d, s, params), []
-                self.lane_seen = bool(lane)
-            else:  # both kinds of candidate in one round trip
-                both = s.fetch_all("claim_candidates_and_lane", {**params, "scan": limits.SCAN})
-                lane = limits.decode(d, [r for r in both if r["lane"]])
-                plain = [r for r in both if not r["lane"]]
-            claims = self._claim_lane(s, params, [c for c in lane if c.priority >= 0], limit)
-            params["limit"] = limit - len(claims)
-            rows: list[Row] = []
-            if params["limit"] > 0:
-                if self.strategy == "skip_locked":
-                    rows = s.fetch_all("claim_skip_locked", {**params, "unless_lane": False})
-                else:
-                    rows = self._claim_optimistic(s, params, list(exclude), plain[: params["limit"]])
-            claims += self._claimed(s, rows)
-            if len(claims) < limit and (low := [c for c in lane if c.priority < 0]):
-                claims += self._claim_lane(s, params, low, limit - len(claims))
-        return in_claim_order(claims)
+                rows = s.fetch_all("claim_skip_locked", {**params, "unless_lane": False})
+            else:
+                rows = self._claim_optimistic(s, params, exclude, plain[: params["limit"]])
+            claimed += [(r, None) for r in rows if r["id"] is not None]
+        if len(claimed) < limit and (low := [c for c in lane if c.priority < 0]):
+            claimed += self._claim_lane(s, params, low, limit - len(claimed))
+        return claimed
 
-    def _claimed(self, s: Session, rows: list[Row]) -> list[Claim]:
-        """The claims of a plain claim's rows (a row without an id is claim_skip_locked's
-        answer when it claimed nothing)."""
-        return [c for r in rows if r["id"] is not None and (c := self._decode_claimed(s, r)) is not None]
-
-    def _claim_lane(self, s: Session, params: dict[str, Any], found: list[Candidate], limit: int) -> list[Claim]:
+    def _claim_lane(self, s: Session, params: dict[str, Any], found: list[Candidate], limit: int) -> list[Claimed]:
         """Part of the lane (store/limits.py): due tasks with a limit or a priority other
         than 0, highest priority first. With a limit among them: on SQLite within the
         claim's own transaction, on PostgreSQL in a transaction of their own, opened
@@ -103,16 +107,31 @@ class Runs:
             return []
         if self.dialect.notifies and any(c.limit_keys() for c in found):
             with self.dialect.transaction() as t:
-                return self._decoded(t, *limits.claim(self.dialect, t, found, params, limit))
-        return self._decoded(s, *limits.claim(self.dialect, s, found, params, limit))
+                rows, judged_at = limits.claim(self.dialect, t, found, params, limit)
+        else:
+            rows, judged_at = limits.claim(self.dialect, s, found, params, limit)
+        return [(row, judged_at.get(int(row["id"]))) for row in rows]
 
-    def _decoded(self, s: Session, rows: list[Row], judged_at: dict[int, datetime]) -> list[Claim]:
-        claims = []
-        for row in rows:
-            claim = self._decode_claimed(s, row)
-            if claim is not None:
-                when = judged_at.get(claim.task.id)
-                claims.append(claim if when is None else dataclasses.replace(claim, judged_at=when))
+    def _decoded(self, node: str, claimed: list[Claimed]) -> list[Claim]:
+        """The claims of claimed rows. A row this code cannot read (written by hand, or by
+        another version) is set FAILED: otherwise it would stay first in line and fail
+        every claim after it. (It is this node's, under its lease, until then.)"""
+        claims, undecodable = [], []
+        for row, judged_at in claimed:
+            try:
+                claim = self.rows.claim(row)
+            except Exception:
+                log.exception("task %s cannot be decoded; setting it FAILED", row["id"])
+                undecodable.append(row)
+                continue
+            claims.append(claim if judged_at is None else dataclasses.replace(claim, judged_at=judged_at))
+        if undecodable:
+            with self.dialect.transaction() as s:
+                now = self.dialect.encode_time(self.dialect.approximate_now())
+                for row in undecodable:
+                    fenced = {"id": row["id"], "fence": row["version"], "node": node, "now": now}
+                    if s.execute("fail_undecodable", fenced):
+                        s.execute("fail_undecodable_run", {"execution_id": row["execution_id"], "now": now})
         return claims
 
     def _claim_optimistic(
@@ -131,19 +150,6 @@ class Runs:
             if candidates := s.fetch_all("claim_candidates", again):
                 rows += self.hot.compare_and_set(s, candidates, again)
         return rows
-
-    def _decode_claimed(self, s: Session, row: Row) -> Claim | None:
-        """A claimed row this code cannot read (written by hand, or by another version)
-        is set FAILED in the same transaction: otherwise it would stay first in line and
-        fail every claim after it."""
-        try:
-            return self.rows.claim(row)
-        except Exception:
-            log.exception("task %s cannot be decoded; setting it FAILED", row["id"])
-            now = self.dialect.encode_time(self.dialect.approximate_now())
-            s.execute("fail_undecodable", {"id": row["id"], "now": now})
-            s.execute("fail_undecodable_run", {"execution_id": row["execution_id"], "now": now})
-            return None
 
     # -- leases -----------------------------------------------------------------------
 
