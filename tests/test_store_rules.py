@@ -7,11 +7,11 @@ copy through the store, on every store kind and claim strategy (and the in-memor
 store's copies too):
 
 * ``run_slot`` (a triggered run is for the moment it was made due, any other for its
-  task's nominal slot): applied in Python by SQLite's per-row claim, and in SQL by
-  PostgreSQL's ``claim_skip_locked`` and ``claim_cas_batch``.
+  task's nominal slot): in SQL by SQLite's ``log_claimed_runs`` and PostgreSQL's
+  ``claim_skip_locked`` and ``claim_cas_batch``.
 * ``cancel_wins`` (a cancel requested while a run went on decides the task's end
-  state over the run's outcome): in SQL in ``write_outcome`` and ``release_task``
-  (queries.sql, both stores) and ``write_outcomes_batch`` (postgres.sql).
+  state over the run's outcome): in SQL in ``settled_task`` (the SET list of both
+  stores' ``write_outcomes_batch``) and ``release_task`` (queries.sql).
 """
 
 from __future__ import annotations

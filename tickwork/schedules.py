@@ -135,8 +135,9 @@ def cancel_wins(decided: Status, cancel_requested: bool, cancel_run_only: bool) 
 
     The store applies this at the write, in the statement that checks the fence, so
     that a request landing between the snapshot and the write is not lost: in SQL
-    (``write_outcome`` and ``release_task`` in queries.sql, ``write_outcomes_batch`` in
-    postgres.sql), which tests/test_store_rules.py holds to this function's table."""
+    (``settled_task``, the SET list of both stores' ``write_outcomes_batch``, and
+    ``release_task`` in queries.sql), which tests/test_store_rules.py holds to this
+    function's table."""
     if _cancels_task(cancel_requested, cancel_run_only) and decided is not Status.COMPLETED:
         return Status.CANCELLED, True
     return decided, False
@@ -203,7 +204,7 @@ def edited_decision(decided: Status, row: Task) -> Status:
     on is pending (``replan_at``), a recurring task that the ends it was claimed with
     completed goes on to the edited slot if its ends as they are now allow it (an edit
     may have moved ``until`` or ``max_runs``). The store applies this in
-    ``write_outcome`` and ``write_outcomes_batch`` (tests/test_store_rules.py)."""
+    ``settled_task`` (queries.sql; tests/test_store_rules.py)."""
     if decided is not Status.COMPLETED or row.kind is not Kind.RECURRING or row.replan_at is None:
         return decided
     if past_until(row, row.replan_at) or runs_used_up(row, row.run_count + 1):

@@ -50,13 +50,6 @@ def task_row(d: Dialect, new: NewTask, task_id: int | None, now: datetime) -> di
     }
 
 
-OPTIONAL_OUTCOME_KEYS = (
-    "started_at", "error_type", "error_message", "error_traceback", "result", "note", "skipped", "skipped_last",
-    "decision",
-)  # fmt: skip
-"""The keys ``outcome_object`` leaves out when their value is None."""
-
-
 def outcome_object(o: Outcome) -> dict[str, Any]:
     """One outcome as a JSON object (times as ISO text): a row of ``write_outcomes_batch``'s
     batch, without the keys whose value is None (the server reads a missing key as NULL;
@@ -105,9 +98,10 @@ def _outcome_fields(o: Outcome, time: Callable[[datetime], Any]) -> dict[str, An
 
 
 def outcome_params(d: Dialect, o: Outcome) -> dict[str, Any]:
-    """The parameters of ``write_outcome`` and ``finish_execution`` for one outcome."""
-    row = {**dict.fromkeys(OPTIONAL_OUTCOME_KEYS), **_outcome_fields(o, d.encode_time)}
-    if row["result"] is not None:
+    """One outcome as a row of SQLite's write_outcomes_batch: times as the store keeps
+    them, a result as its JSON text, a key left out for None (read as NULL)."""
+    row = _outcome_fields(o, d.encode_time)
+    if "result" in row:
         row["result"] = d.encode_json(row["result"])
     return row
 

@@ -3,9 +3,11 @@ compare-and-set, lease renewals and the outcomes of ended runs.
 
 ``SetBased`` (PostgreSQL) writes a whole batch in one statement that commits itself:
 one parse, one plan, one round trip, whatever the batch's size. ``RowByRow`` (SQLite)
-writes one statement per row inside one write transaction: the transaction holds the
-file's write lock, so no other process writes between a read and the write after it,
-and each statement is a call into the library, not a round trip.
+writes inside one write transaction, which holds the file's write lock, so no other
+process writes between a read and the write after it: claims and outcomes as two
+statements per batch (each statement releases the GIL, and with a statement per row
+the lock waited at each for the process's other threads), renewals (a few a heartbeat)
+one per row.
 """
 
 from __future__ import annotations
@@ -67,9 +69,8 @@ def _as_dict(row: Row) -> dict[str, Any]:
 
 
 class RowByRow:
-    """In one write transaction: the claim's compare-and-set as two statements for the
-    batch (sqlite.sql), and the portable statements (``renew_lease``, ``write_outcome`` +
-    ``finish_execution``) one per row."""
+    """In one write transaction: claims and outcomes as two statements for the batch each
+    (sqlite.sql), renewals one statement per row (``renew_lease``)."""
 
     def __init__(self, dialect: Dialect) -> None:
         self._d = dialect
@@ -110,13 +111,22 @@ class RowByRow:
         ]
 
     def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
+        """Two statements for the whole batch: a statement per row released the GIL and
+        the file's write lock waited, at each, for the process's other threads."""
         d = self._d
+        rows: dict[tuple[int, int], dict[str, Any]] = {}
+        for o in outcomes:  # one run, one outcome: a repeat of it is not written twice
+            rows.setdefault((o.task_id, o.fence), encoding.outcome_params(d, o))
         common = {"now": d.encode_time(d.approximate_now()), "node": node, "expired_only": expired_only}
-        applied: list[bool] = []
+        written = s.fetch_all("write_outcomes_batch", {**common, "batch": _encode_batch(list(rows.values()))})
+        applied = {(int(r["id"]), int(r["version"])) for r in written}
+        if applied:
+            finished = _encode_batch([rows[key] for key in applied])
+            s.execute("finish_executions_batch", {**common, "batch": finished})
+        answered: set[tuple[int, int]] = set()
+        result = []
         for o in outcomes:
-            params = {**common, **encoding.outcome_params(d, o)}
-            ok = s.fetch_one("write_outcome", params) is not None
-            if ok:  # the execution row is finished only if its task's fenced update applied
-                s.execute("finish_execution", params)
-            applied.append(ok)
-        return applied
+            key = (o.task_id, o.fence)
+            result.append(key in applied and key not in answered)
+            answered.add(key)
+        return result

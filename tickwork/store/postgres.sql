@@ -238,12 +238,12 @@ SELECT pg_try_advisory_lock(1953063791, hashtext(:group)) AS taken;
 SELECT pg_notify('tickwork', :payload);
 
 -- name: write_outcomes_batch
--- write_outcome + finish_execution for a whole batch in one statement (one parse, one
--- plan, one round trip): the batch arrives as one JSON array, which the server unpacks
+-- The outcomes of a batch of runs, task (settled_task, queries.sql) and execution rows,
+-- in one statement (one parse, one plan, one round trip): the batch arrives as one JSON array, which the server unpacks
 -- faster than a driver can send one array per column (json, not jsonb: unpacked once,
 -- never stored, it parses faster). Each row is still fenced by its
 -- own version and lease owner; an execution row is finished only if its task's update
--- applied. Status and cancel flags: tickwork.schedules.cancel_wins, as in write_outcome.
+-- applied. Status and cancel flags: tickwork.schedules.cancel_wins.
 -- Two outcomes of one task in a batch (a late result of a run taken over, beside the
 -- result of the task's next run) are told apart by fence and execution: only the one
 -- whose fence matched is reported applied, and only its execution row is written.
@@ -256,48 +256,7 @@ WITH o AS (
         lost_runs int)
 ), settled AS (
     UPDATE tickwork_tasks t
-    SET status = CASE WHEN t.cancel_requested AND NOT t.cancel_run_only
-                           AND (o.task_status <> 'COMPLETED' OR (t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
-                                                         AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                                                         AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
-                      THEN 'CANCELLED'
-                      WHEN o.task_status = 'COMPLETED' AND t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
-                           AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                           AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)
-                      THEN 'PENDING'
-                      ELSE o.task_status END,
-        cancel_requested = t.cancel_requested AND NOT t.cancel_run_only
-                           AND (o.task_status <> 'COMPLETED' OR (t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
-                                                         AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                                                         AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs))),
-        cancel_run_only = FALSE,
-        -- replan_at: as in write_outcome.
-        scheduled_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
-                                 AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
-                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
-                            THEN t.replan_at ELSE o.scheduled_at END,
-        next_run_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
-                                AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
-                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
-                           THEN t.replan_run_at ELSE o.next_run_at END,
-        triggered = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
-                              AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
-                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
-                         THEN FALSE ELSE o.triggered END,
-        replan_at = CASE WHEN o.task_status = 'PENDING' AND (o.attempt <> 0 OR NOT o.counts)
-                              AND NOT (t.cancel_requested AND NOT t.cancel_run_only)
-                         THEN t.replan_at END,
-        replan_run_at = CASE WHEN o.task_status = 'PENDING' AND (o.attempt <> 0 OR NOT o.counts)
-                                  AND NOT (t.cancel_requested AND NOT t.cancel_run_only)
-                             THEN t.replan_run_at END,
-        attempt = o.attempt, last_status = o.status,
-        run_count = t.run_count + CASE WHEN o.status = 'SKIPPED' OR NOT o.counts THEN 0 ELSE 1 END,
-        lost_runs = o.lost_runs,
-        last_decision = COALESCE(o.decision, t.last_decision),
-        lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+    SET {{settled_task}}
     FROM o
     -- Each row found by primary key from the batch's (the status test is written so that it
     -- does not match the lease index's predicate: with statistics that lag, the planner

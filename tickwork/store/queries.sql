@@ -105,10 +105,12 @@ UPDATE tickwork_tasks SET lease_expires_at = :lease_until
 WHERE id = :id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
 RETURNING id, cancel_requested, cancel_run_only;
 
--- name: write_outcome
--- Apply the policy's decision for an ended run. The reconciler reaping a lost run
--- (:expired_only) writes only while the lease is still expired, so that a renewal
--- landing first wins; one ending an overrun run needs only the fence.
+-- name: settled_task
+-- (A fragment: the SET list of write_outcomes_batch in postgres.sql and sqlite.sql, over
+-- the task t and the outcome o.) Apply the policy's decision for an ended run. The
+-- statements write only where the fence holds; the reconciler reaping a lost run
+-- (:expired_only) only while the lease is still expired, so that a renewal landing
+-- first wins; one ending an overrun run needs only the fence.
 -- Cancel wins: the status and cancel flags are tickwork.schedules.cancel_wins, applied
 -- here to the flags as they are at the write (tests/test_store_rules.py holds this copy
 -- to that function's table).
@@ -118,62 +120,49 @@ RETURNING id, cancel_requested, cancel_run_only;
 -- and a recurring task that the ends it was claimed with completed goes on to that slot
 -- instead when the task's ends as they are now allow it (until_at, max_runs: an edit may
 -- have moved them). Any other end of the task spends the replan. A run of the same slot
--- again (a lost or interrupted run: NOT :counts, attempt back to where it was) keeps it
+-- again (a lost or interrupted run: NOT o.counts, attempt back to where it was) keeps it
 -- for when that slot has run.
-UPDATE tickwork_tasks
-SET status = CASE WHEN cancel_requested AND NOT cancel_run_only
-                       AND (:task_status <> 'COMPLETED' OR (kind = 'RECURRING' AND replan_at IS NOT NULL
-                                                       AND (until_at IS NULL OR replan_at <= until_at)
-                                                       AND (max_runs IS NULL OR run_count + 1 < max_runs)))
-                  THEN 'CANCELLED'
-                  WHEN :task_status = 'COMPLETED' AND kind = 'RECURRING' AND replan_at IS NOT NULL
-                       AND (until_at IS NULL OR replan_at <= until_at) AND (max_runs IS NULL OR run_count + 1 < max_runs)
-                  THEN 'PENDING'
-                  ELSE :task_status END,
-    cancel_requested = cancel_requested AND NOT cancel_run_only
-                       AND (:task_status <> 'COMPLETED' OR (kind = 'RECURRING' AND replan_at IS NOT NULL
-                                                       AND (until_at IS NULL OR replan_at <= until_at)
-                                                       AND (max_runs IS NULL OR run_count + 1 < max_runs))),
-    cancel_run_only = FALSE,
-    scheduled_at = CASE WHEN replan_at IS NOT NULL AND :attempt = 0 AND :counts
-                             AND (:task_status = 'PENDING' OR (:task_status = 'COMPLETED' AND kind = 'RECURRING'
-                                  AND (until_at IS NULL OR replan_at <= until_at)
-                                  AND (max_runs IS NULL OR run_count + 1 < max_runs)))
-                        THEN replan_at ELSE :scheduled_at END,
-    next_run_at = CASE WHEN replan_at IS NOT NULL AND :attempt = 0 AND :counts
-                            AND (:task_status = 'PENDING' OR (:task_status = 'COMPLETED' AND kind = 'RECURRING'
-                                  AND (until_at IS NULL OR replan_at <= until_at)
-                                  AND (max_runs IS NULL OR run_count + 1 < max_runs)))
-                       THEN replan_run_at ELSE :next_run_at END,
-    triggered = CASE WHEN replan_at IS NOT NULL AND :attempt = 0 AND :counts
-                          AND (:task_status = 'PENDING' OR (:task_status = 'COMPLETED' AND kind = 'RECURRING'
-                                  AND (until_at IS NULL OR replan_at <= until_at)
-                                  AND (max_runs IS NULL OR run_count + 1 < max_runs)))
-                     THEN FALSE ELSE :triggered END,
-    replan_at = CASE WHEN :task_status = 'PENDING' AND (:attempt <> 0 OR NOT :counts)
-                          AND NOT (cancel_requested AND NOT cancel_run_only)
-                     THEN replan_at END,
-    replan_run_at = CASE WHEN :task_status = 'PENDING' AND (:attempt <> 0 OR NOT :counts)
-                          AND NOT (cancel_requested AND NOT cancel_run_only)
-                         THEN replan_run_at END,
-    attempt = :attempt,
-    run_count = run_count + CASE WHEN :status = 'SKIPPED' OR NOT :counts THEN 0 ELSE 1 END,
-    lost_runs = :lost_runs,
-    last_status = :status, last_decision = COALESCE(:decision, last_decision),
-    lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
-WHERE id = :task_id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
-  AND (NOT :expired_only OR lease_expires_at < :now)
-RETURNING id;
-
--- name: finish_execution
--- (SQLite's: two-argument MIN is its LEAST.) A run that never started (claimed ahead,
--- cancelled before its due time) keeps a start no later than its end.
-UPDATE tickwork_executions
-SET status = :status, started_at = COALESCE(:started_at, MIN(started_at, :finished_at)), finished_at = :finished_at,
-    error_type = :error_type,
-    error_message = :error_message, error_traceback = :error_traceback,
-    result = :result, note = :note, skipped_count = :skipped, skipped_last = :skipped_last
-WHERE id = :execution_id AND status = 'RUNNING';
+    status = CASE WHEN t.cancel_requested AND NOT t.cancel_run_only
+                           AND (o.task_status <> 'COMPLETED' OR (t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
+                                                         AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                                                         AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
+                      THEN 'CANCELLED'
+                      WHEN o.task_status = 'COMPLETED' AND t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
+                           AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                           AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)
+                      THEN 'PENDING'
+                      ELSE o.task_status END,
+        cancel_requested = t.cancel_requested AND NOT t.cancel_run_only
+                           AND (o.task_status <> 'COMPLETED' OR (t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
+                                                         AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                                                         AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs))),
+        cancel_run_only = FALSE,
+        scheduled_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
+                                 AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
+                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
+                            THEN t.replan_at ELSE o.scheduled_at END,
+        next_run_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
+                                AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
+                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
+                           THEN t.replan_run_at ELSE o.next_run_at END,
+        triggered = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
+                              AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
+                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
+                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
+                         THEN FALSE ELSE o.triggered END,
+        replan_at = CASE WHEN o.task_status = 'PENDING' AND (o.attempt <> 0 OR NOT o.counts)
+                              AND NOT (t.cancel_requested AND NOT t.cancel_run_only)
+                         THEN t.replan_at END,
+        replan_run_at = CASE WHEN o.task_status = 'PENDING' AND (o.attempt <> 0 OR NOT o.counts)
+                                  AND NOT (t.cancel_requested AND NOT t.cancel_run_only)
+                             THEN t.replan_run_at END,
+        attempt = o.attempt, last_status = o.status,
+        run_count = t.run_count + CASE WHEN o.status = 'SKIPPED' OR NOT o.counts THEN 0 ELSE 1 END,
+        lost_runs = o.lost_runs,
+        last_decision = COALESCE(o.decision, t.last_decision),
+        lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
 
 -- name: release_task
 -- Give back a claim that never started: the attempt did not happen. Its status is
