@@ -126,13 +126,19 @@ class Runs:
                 continue
             claims.append(claim if judged_at is None else dataclasses.replace(claim, judged_at=judged_at))
         if undecodable:
-            with self.dialect.transaction() as s:
-                now = self.dialect.encode_time(self.dialect.approximate_now())
-                for row in undecodable:
-                    fenced = {"id": row["id"], "fence": row["version"], "node": node, "now": now}
-                    if s.execute("fail_undecodable", fenced):
-                        s.execute("fail_undecodable_run", {"execution_id": row["execution_id"], "now": now})
+            try:
+                self._fail_undecodable(node, undecodable)
+            except Exception:  # the claims read well are still this node's to run
+                log.exception("could not set %d undecodable tasks FAILED; their leases will expire", len(undecodable))
         return claims
+
+    def _fail_undecodable(self, node: str, rows: list[Row]) -> None:
+        with self.dialect.transaction() as s:
+            now = self.dialect.encode_time(self.dialect.approximate_now())
+            for row in rows:
+                fenced = {"id": row["id"], "fence": row["version"], "node": node, "now": now}
+                if s.execute("fail_undecodable", fenced):
+                    s.execute("fail_undecodable_run", {"execution_id": row["execution_id"], "now": now})
 
     def _claim_optimistic(
         self, s: Session, params: dict[str, Any], exclude: list[int], candidates: list[Row]
