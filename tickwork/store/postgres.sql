@@ -239,11 +239,11 @@ SELECT pg_notify('tickwork', :payload);
 
 -- name: write_outcomes_batch
 -- The outcomes of a batch of runs, task (settled_task, queries.sql) and execution rows,
--- in one statement (one parse, one plan, one round trip): the batch arrives as one JSON array, which the server unpacks
--- faster than a driver can send one array per column (json, not jsonb: unpacked once,
--- never stored, it parses faster). Each row is still fenced by its
--- own version and lease owner; an execution row is finished only if its task's update
--- applied. Status and cancel flags: tickwork.schedules.cancel_wins.
+-- in one statement (one parse, one plan, one round trip): the batch arrives as one JSON
+-- array, which the server unpacks faster than a driver can send one array per column
+-- (json, not jsonb: unpacked once, never stored, it parses faster). Each row is still
+-- fenced by its own version and lease owner; an execution row is finished only if its
+-- task's update applied. Status and cancel flags: tickwork.schedules.cancel_wins.
 -- Two outcomes of one task in a batch (a late result of a run taken over, beside the
 -- result of the task's next run) are told apart by fence and execution: only the one
 -- whose fence matched is reported applied, and only its execution row is written.
