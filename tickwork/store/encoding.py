@@ -57,6 +57,36 @@ def outcome_object(o: Outcome) -> dict[str, Any]:
     return _outcome_fields(o, datetime.isoformat)
 
 
+_JSON_BOOLS = ("false", "true")
+_ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def outcome_json(o: Outcome) -> str:
+    """``outcome_object(o)`` as JSON text. The fields every outcome has are numbers, fixed
+    words and ISO times, with nothing to escape: written straight into the text (a
+    fifth of a W1 node's CPU went to making the dict and encoding it); the others, when
+    an outcome has any, through the encoder."""
+    text = (
+        f'{{"task_id":{o.task_id},"fence":{o.fence},"execution_id":{o.execution_id},'
+        f'"status":"{o.status.value}","task_status":"{o.task_status.value}",'
+        f'"scheduled_at":"{o.scheduled_at.isoformat()}","next_run_at":"{o.next_run_at.isoformat()}",'
+        f'"finished_at":"{o.finished_at.isoformat()}","attempt":{o.attempt},'
+        f'"triggered":{_JSON_BOOLS[o.triggered]},"counts":{_JSON_BOOLS[o.counts]},"lost_runs":{o.lost_runs}'
+    )
+    if o.started_at is not None:
+        text += f',"started_at":"{o.started_at.isoformat()}"'
+    common = o.error is None and o.result is None and o.skipped is None and o.skipped_last is None
+    if common and not o.note and not o.decision:
+        return text + "}"
+    rest = {key: value for key, value in outcome_object(o).items() if key in _RARE_OUTCOME_KEYS}
+    return f"{text},{_ENCODE(rest)[1:-1]}}}" if rest else text + "}"
+
+
+_RARE_OUTCOME_KEYS = frozenset(
+    ("error_type", "error_message", "error_traceback", "result", "note", "skipped", "skipped_last", "decision")
+)
+
+
 def _outcome_fields(o: Outcome, time: Callable[[datetime], Any]) -> dict[str, Any]:
     """An outcome's values by key, times encoded by ``time``, the keys of None values left
     out. A result that cannot be stored costs that result (noted on the execution), never

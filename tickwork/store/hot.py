@@ -52,7 +52,7 @@ class SetBased:
         ]
 
     def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
-        batch = _encode_batch([encoding.outcome_object(o) for o in outcomes])
+        batch = "[" + ",".join([encoding.outcome_json(o) for o in outcomes]) + "]"
         params = {"node": node, "expired_only": expired_only, "batch": batch}
         rows = s.fetch_all("write_outcomes_batch", params)
         written = {(int(r["id"]), int(r["fence"]), int(r["execution_id"])) for r in rows}
