@@ -52,3 +52,25 @@ def test_each_batch_statement_finds_its_rows_by_id(path: Path, query: str) -> No
     assert all("tickwork_queues" in step for step in walks), plan  # the paused queues' table only
     assert any("INTEGER PRIMARY KEY" in step for step in plan), plan
     assert not [step for step in plan if "tickwork_tasks_lease" in step or "tickwork_executions_status" in step], plan
+
+
+def test_the_batch_compare_and_set_skips_a_row_whose_version_moved(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'cas.db'}")
+    store.migrate()
+    due = store.now() - timedelta(seconds=1)
+    fresh, moved = store.insert_tasks(
+        [NewTask(name="t", args=[], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=due, next_run_at=due)] * 2
+    )
+    d = store.dialect  # type: ignore[attr-defined]
+    now = d.approximate_now()
+    params = {"node": "n", "now": d.encode_time(now), "lease_until": d.encode_time(now + timedelta(seconds=30))}
+    candidates = [{"id": fresh.id, "version": fresh.version}, {"id": moved.id, "version": moved.version + 1}]
+    with d.transaction() as s:
+        rows = d.hot_path.compare_and_set(s, candidates, params)
+    assert [int(r["id"]) for r in rows] == [fresh.id]
+    assert rows[0]["version"] == fresh.version + 1 and rows[0]["execution_id"] is not None
+    [run] = store.list_executions(task_id=fresh.id)
+    assert run.id == rows[0]["execution_id"] and run.status is ExecutionStatus.RUNNING
+    assert store.list_executions(task_id=moved.id) == []
+    assert store.task_header(moved.id).status == "PENDING"  # type: ignore[union-attr]
+    store.close()

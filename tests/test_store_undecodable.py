@@ -137,3 +137,24 @@ def test_task_data_is_never_quoted(sqlite_url: str) -> None:
     assert "hunter2" not in str(raised.value) and "password" not in str(raised.value)
     assert "JSONDecodeError" in str(raised.value)
     store.close()
+
+
+def test_failing_an_undecodable_claim_is_fenced_by_that_claim(store: Store) -> None:
+    """The claim is decoded after its transaction: by the time an undecodable row is
+    failed the task may have moved on (its lease lost and claimed again). Only the claim
+    that read it, by its version and lease owner, sets it FAILED."""
+    store.insert_tasks([due(store)])
+    [claim] = store.claim("node", [NAME], 1, 30.0)
+    runs = store._runs  # type: ignore[attr-defined]
+    row = {"id": claim.task.id, "version": claim.fence, "execution_id": claim.execution_id}
+    runs._fail_undecodable("node", [{**row, "version": claim.fence - 1}])  # an earlier claim's
+    runs._fail_undecodable("other", [row])  # another node's
+    header = store.task_header(claim.task.id)
+    assert header is not None and header.status == Status.RUNNING.value
+    [run] = store.list_executions(task_id=claim.task.id)
+    assert run.status is ExecutionStatus.RUNNING
+    runs._fail_undecodable("node", [row])  # the claim's own
+    header = store.task_header(claim.task.id)
+    assert header is not None and header.status == Status.FAILED.value
+    [run] = store.list_executions(task_id=claim.task.id)
+    assert run.status is ExecutionStatus.FAILED
