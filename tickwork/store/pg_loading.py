@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 from psycopg.adapt import AdaptersMap, Buffer, Transformer
-from psycopg.rows import dict_row
+from psycopg.rows import RowMaker, dict_row
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 
+from tickwork.store.claim_rows import ClaimRow, Layouts
 from tickwork.store.dialect import Row
+
+POSITIONAL = frozenset({"claim_skip_locked", "claim_cas_batch"})
+"""The statements whose rows are claims, read by position (store/claim_rows.py)."""
 
 _DECODER = json.JSONDecoder()
 # timestamptz's binary form: microseconds since 2000-01-01 as a signed 64-bit integer,
@@ -87,3 +92,16 @@ def rows_past_infinity(cursor: psycopg.Cursor[Any]) -> list[Row]:
     loader.set_pgresult(result)
     rows: list[Row] = loader.load_rows(0, result.ntuples, dict_row(cursor))
     return rows
+
+
+def claim_rows(layouts: Layouts) -> Callable[[psycopg.Cursor[Any]], RowMaker[ClaimRow]]:
+    """A psycopg row factory making ``ClaimRow`` s: the column names are read once per
+    result (not once per row, as ``dict_row`` makes its dicts), its layout found by them."""
+
+    def factory(cursor: psycopg.Cursor[Any]) -> RowMaker[ClaimRow]:
+        result = cursor.pgresult
+        fields = 0 if result is None else result.nfields
+        names = tuple((result.fname(i) or b"").decode() for i in range(fields)) if result is not None else ()
+        return layouts.row_maker(names)
+
+    return factory

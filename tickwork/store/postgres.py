@@ -9,12 +9,11 @@ or one statement over arrays).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
@@ -29,11 +28,13 @@ from tickwork.clock import utcnow
 from tickwork.codec import dumps
 from tickwork.errors import StoreError
 from tickwork.store import pg_copy, queries
-from tickwork.store.dialect import Election, HotPath, Row, iter_statements
+from tickwork.store.claim_rows import Layouts
+from tickwork.store.dialect import Election, HotPath, iter_statements
 from tickwork.store.hot import SetBased
 from tickwork.store.pg_idle import closed_by_server
 from tickwork.store.pg_listen import Listener
-from tickwork.store.pg_loading import loads_json, rows_past_infinity
+from tickwork.store.pg_loading import claim_rows, loads_json
+from tickwork.store.pg_session import PgSession
 from tickwork.urls import masked, scrubbed
 
 log = logging.getLogger("tickwork.store.postgres")
@@ -137,47 +138,6 @@ def normalize_url(url: str) -> str:
     return url
 
 
-class _Session:
-    def __init__(
-        self, cursor: psycopg.Cursor[dict[str, Any]], texts: Mapping[str, str], copy_types: dict[str, list[int]]
-    ) -> None:
-        self._cur = cursor
-        self._texts = texts
-        self._copy_types = copy_types
-
-    def fetch_all(self, query: str, params: Mapping[str, Any]) -> list[Row]:
-        self._cur.execute(self._texts[query], params)
-        try:
-            rows: list[Row] = list(self._cur.fetchall())
-        except psycopg.DataError:  # a value no Python type holds: each row decoded alone
-            rows = rows_past_infinity(self._cur)
-        return rows
-
-    def fetch_one(self, query: str, params: Mapping[str, Any]) -> Row | None:
-        rows = self.fetch_all(query, params)
-        return rows[0] if rows else None
-
-    def fetch_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[list[Row]]:
-        if not params:
-            return []
-        self._cur.executemany(self._texts[query], params, returning=True)
-        results: list[list[Row]] = [list(self._cur.fetchall())]
-        while self._cur.nextset():
-            results.append(list(self._cur.fetchall()))
-        return results
-
-    def execute(self, query: str, params: Mapping[str, Any]) -> int:
-        self._cur.execute(self._texts[query], params)
-        return self._cur.rowcount
-
-    def insert_rows(self, query: str, rows: Sequence[Mapping[str, Any]]) -> int:
-        self._cur.execute(self._texts[query], {"rows": json.dumps(rows, separators=(",", ":"))})
-        return self._cur.rowcount
-
-    def copy_rows(self, query: str, rows: Iterable[Sequence[Any]]) -> None:
-        pg_copy.copy_rows(self._cur, self._texts[query], rows, self._copy_types)
-
-
 class PostgresDialect:
     notifies = True
     QUERY_FILES = (
@@ -199,6 +159,8 @@ class PostgresDialect:
         self.texts = {name: translate(sql) for name, sql in texts.items()}
         self.copy_types: dict[str, list[int]] = {}
         """Each COPY statement's column types, read from its table once (pg_copy)."""
+        self.layouts = Layouts()
+        self.claim_rows = claim_rows(self.layouts)
         # Claims, renewals and outcomes as one set-based statement each, committing itself.
         self.hot_path: HotPath = SetBased(self)
         self._offset = timedelta(0)
@@ -243,7 +205,7 @@ class PostgresDialect:
         pg_copy.register(conn)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[_Session]:
+    def transaction(self) -> Iterator[PgSession]:
         """A transaction on a pooled connection. A connection the server dropped (a
         restart, a failover, an idle timeout) fails at BEGIN, before anything was sent:
         it is discarded and the transaction starts again on a fresh one."""
@@ -258,11 +220,11 @@ class PostgresDialect:
                     raise
                 continue
             with stack:
-                yield _Session(conn.cursor(row_factory=dict_row), self.texts, self.copy_types)
+                yield self._session(conn.cursor(row_factory=dict_row))
             return
 
     @contextlib.contextmanager
-    def single(self) -> Iterator[_Session]:
+    def single(self) -> Iterator[PgSession]:
         """Autocommit, for one statement that is atomic by itself: one round trip, no
         BEGIN or COMMIT of its own. A pooled connection the server has closed since it
         was last used is discarded before anything is sent on it (store/pg_idle.py)."""
@@ -271,10 +233,13 @@ class PostgresDialect:
                 if attempt < BEGIN_ATTEMPTS and closed_by_server(conn):
                     conn.close()  # the pool discards it; the next one may be alive
                     continue
-                yield _Session(conn.cursor(row_factory=dict_row, binary=True), self.texts, self.copy_types)
+                yield self._session(conn.cursor(row_factory=dict_row, binary=True))
                 return
 
     reader = transaction
+
+    def _session(self, cursor: psycopg.Cursor[Any]) -> PgSession:
+        return PgSession(cursor, self.texts, self.copy_types, self.claim_rows)
 
     def migrate(self) -> int:
         package = resources.files("tickwork.store").joinpath("migrations/postgres")

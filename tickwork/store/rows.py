@@ -50,6 +50,25 @@ TASK_DATA = frozenset({"args", "kwargs", "result", "error_message", "error_trace
 """Columns that hold what tasks were given or gave back: never quoted in an error."""
 
 
+TASK_COLUMNS = (
+    "id", "name", "args", "kwargs", "key", "kind", "cron", "timezone", "interval_seconds", "scheduled_at",
+    "next_run_at", "status", "misfire", "misfire_grace", "jitter", "timeout", "max_retries", "retry_backoff",
+    "priority", "version", "lease_owner", "lease_expires_at", "cancel_requested", "triggered", "attempt",
+    "run_count", "last_status", "created_at", "updated_at", "max_catchup", "overlap", "last_decision",
+    "parent_id", "on_lost", "cancel_run_only", "max_runtime", "until_at", "max_runs", "origin", "declared_at",
+    "removed_at", "revision", "replan_at", "replan_run_at", "queue", "lock", "max_running", "rate_limit",
+    "max_lost", "lost_runs",
+)  # fmt: skip
+"""The columns ``Decoder._task`` reads, in Task's field order (all but ``existed``): what
+a claim decoded by position takes from its row (claim_rows.py; tests/test_claim_rows.py
+holds the two to the same order)."""
+ENUM_COLUMNS: dict[str, Mapping[str, Any]] = {
+    "kind": _KINDS, "status": _STATUSES, "misfire": _MISFIRES, "last_status": _EXECUTION_STATUSES,
+    "overlap": _OVERLAPS, "on_lost": _ON_LOST,
+}  # fmt: skip
+"""The columns that hold an enum's stored word, and its members by word."""
+
+
 class UndecodableRow(StoreError, ValueError):
     """A stored row this code cannot read: a value written by another program, or by a
     version of tickwork that knows a value this one does not."""

@@ -14,6 +14,7 @@ from typing import Any
 from tickwork.limits import Candidate
 from tickwork.model import Claim, Outcome, Renewal
 from tickwork.store import limits
+from tickwork.store.claim_rows import decode_claim
 from tickwork.store.dialect import Dialect, Row, Session, notify
 from tickwork.store.rows import Decoder
 
@@ -119,7 +120,7 @@ class Runs:
         claims, undecodable = [], []
         for row, judged_at in claimed:
             try:
-                claim = self.rows.claim(row)
+                claim = decode_claim(self.rows, row)
             except Exception:
                 log.exception("task %s cannot be decoded; setting it FAILED", row["id"])
                 undecodable.append(row)
