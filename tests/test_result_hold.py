@@ -115,6 +115,47 @@ def test_a_hold_ends_when_a_result_that_must_not_wait_joins_it() -> None:
         recorder.stop()
 
 
+def test_a_result_that_cannot_end_the_hold_joins_it_without_waking_the_recorder() -> None:
+    store = CountingFinish()
+    runs = claimed_runs(store, 4)
+    asked: list[int] = []  # the batch's size each time the hold is asked
+
+    def hold(batch: list[tuple[Run, Outcome]]) -> float:
+        asked.append(len(batch))
+        return 30.0
+
+    recorder: Recorder[Run] = Recorder(store, NODE, lambda done: None, hold=hold, urgent=lambda run, o: False)
+    recorder.start()
+    try:
+        recorder.submit(runs[0], ended(runs[0], store))
+        assert wait_for(lambda: asked == [1], timeout=5)
+        for run in runs[1:]:
+            recorder.submit(run, ended(run, store))
+        recorder.stop()  # the node stopping ends the hold at once, with what came
+    finally:
+        recorder.stop()
+    assert asked == [1]  # not asked again per result: none could end the hold
+    assert store.writes == [4]
+
+
+def test_an_urgent_result_wakes_the_hold_which_is_asked_again_with_it() -> None:
+    store = CountingFinish()
+    plain, limited = claimed_runs(store, 2), claimed_runs(store, 1, max_running=5)[0]
+    recorder: Recorder[Run] = Recorder(
+        store, NODE, lambda done: None,
+        hold=lambda batch: 0.0 if any(r.limited for r, _ in batch) else 30.0, urgent=lambda run, o: run.limited,
+    )  # fmt: skip
+    recorder.start()
+    try:
+        recorder.submit(plain[0], ended(plain[0], store))
+        assert wait_for(lambda: recorder._holding, timeout=5)
+        recorder.submit(plain[1], ended(plain[1], store))  # joins without a wake
+        recorder.submit(limited, ended(limited, store))  # wakes it: the hold ends now, not in 30 s
+        assert wait_for(lambda: store.writes == [3], timeout=5)
+    finally:
+        recorder.stop()
+
+
 # -- Pacer.result_hold -------------------------------------------------------------------
 
 
@@ -154,6 +195,19 @@ def test_no_hold_for_a_limited_run_or_past_a_due_time_a_result_sets(pacer: tuple
     soon: datetime = store.now() + timedelta(seconds=0.02)
     again = dataclasses.replace(ended(plain, store), task_status=Status.PENDING, next_run_at=soon)
     assert p.result_hold([(plain, again)]) == pytest.approx(0.02, abs=0.003)
+
+
+def test_only_a_result_that_may_shorten_the_hold_ends_it(pacer: tuple[Pacer, FakeStore]) -> None:
+    p, store = pacer
+    (limited,) = claimed_runs(store, 1, max_running=2)
+    (plain,) = claimed_runs(store, 1)
+    done = ended(plain, store)
+    again = dataclasses.replace(done, task_status=Status.PENDING, next_run_at=store.now())
+    assert p.ends_hold(plain, done)  # the node is not idle: a hold would be 0 now
+    idle(p, store)
+    assert not p.ends_hold(plain, done)
+    assert p.ends_hold(limited, ended(limited, store))
+    assert p.ends_hold(plain, again)
 
 
 # -- nodes --------------------------------------------------------------------------------

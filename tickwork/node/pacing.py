@@ -149,6 +149,13 @@ class Pacer:
                 hold = min(hold, (outcome.next_run_at - now).total_seconds())
         return max(0.0, hold)
 
+    def ends_hold(self, run: Run, outcome: Outcome) -> bool:
+        """Whether a result that comes while the recorder holds a batch may end the hold
+        (``result_hold``'s answer for the batch with it may be sooner): a run a limit
+        governs, a result that sets a due time, or the node no longer idle. Any other
+        waits for the hold's end without waking the recorder."""
+        return run.limited or outcome.task_status is Status.PENDING or not self._idle
+
     def due_again(self, times: list[datetime]) -> None:
         """Results written here left their tasks PENDING, due at ``times`` (a recurring
         task's next slot, a retry): news, and times this node watches even as a

@@ -43,10 +43,15 @@ class Recorder(Generic[T]):
         on_written: Callable[[list[tuple[T, Outcome, bool | None]]], None],
         stats: NodeStats = NO_STATS,
         hold: Callable[[list[tuple[T, Outcome]]], float] = lambda batch: 0.0,
+        urgent: Callable[[T, Outcome], bool] = lambda item, outcome: True,
     ) -> None:
         self.store = store
         self.hold = hold
         """How long (s) a batch may wait for more results before it is written."""
+        self.urgent = urgent
+        """Whether a result that comes while a batch is held may end the hold: it wakes the
+        recorder, which asks ``hold`` again. Others wait, unseen, for the hold to end
+        (on a sparse node, a thread woken per result costs more than its write)."""
         self.stats = stats
         self.node_id = node_id
         self.on_written = on_written
@@ -55,6 +60,8 @@ class Recorder(Generic[T]):
         """How long the last batch took to write (part of a slot's refill time)."""
         self._give_up_at: float | None = None  # set when stopping: retries are bounded then
         self._queue: queue.SimpleQueue[tuple[T, Outcome] | None] = queue.SimpleQueue()
+        self._holding = False
+        self._wake = threading.Event()  # a result that may end the hold came, or the node stops
         self._thread = threading.Thread(target=self._main, name="tickwork-recorder", daemon=True)
 
     def start(self) -> None:
@@ -62,11 +69,14 @@ class Recorder(Generic[T]):
 
     def submit(self, item: T, outcome: Outcome) -> None:
         self._queue.put((item, outcome))
+        if self._holding and self.urgent(item, outcome):  # read after the put: see _held
+            self._wake.set()
 
     def stop(self, timeout: float = RETRY_FOR_S + 5.0) -> None:
         """Write everything submitted so far, then end the thread."""
         self._give_up_at = time.monotonic() + RETRY_FOR_S
         self._queue.put(None)
+        self._wake.set()
         self._thread.join(timeout)
 
     def _main(self) -> None:
@@ -77,34 +87,46 @@ class Recorder(Generic[T]):
                 if first is None:
                     break
                 batch = [first]  # and whatever else ended meanwhile: one commit covers them all
-                stopping = self._more(batch, None) or self._more(batch, self.hold)
+                stopping = self._drain(batch) or self._held(batch)
                 self._write(batch)
         except BaseException as exc:  # supervised: the node stops when this thread dies
             self.failure = exc
             raise
 
-    def _more(self, batch: list[tuple[T, Outcome]], hold: Callable[[list[tuple[T, Outcome]]], float] | None) -> bool:
-        """Add to ``batch`` what the queue holds (``hold`` None), or what comes while
-        ``hold`` allows, asked again as each result comes (a result may end the wait).
-        Returns whether the node is stopping (the wait then ends at once)."""
-        deadline = float("inf")
+    def _drain(self, batch: list[tuple[T, Outcome]]) -> bool:
+        """Add to ``batch`` what the queue holds now; whether the node is stopping."""
         while len(batch) < MAX_BATCH:
-            if hold is None:
-                left = 0.0
-            else:
-                now = time.monotonic()
-                deadline = min(deadline, now + hold(batch))
-                left = deadline - now
-                if left <= 0:
-                    return False
             try:
-                more = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                more = self._queue.get_nowait()
             except queue.Empty:
                 return False
             if more is None:
                 return True
             batch.append(more)
         return False
+
+    def _held(self, batch: list[tuple[T, Outcome]]) -> bool:
+        """Wait while ``hold`` allows, then add what came meanwhile; whether the node is
+        stopping. ``hold`` is asked again after each wake: by the hold's end, by a result
+        ``urgent`` says may end it, or by the node stopping. A submit puts its result in
+        the queue before it reads ``_holding``, and the wake is cleared before each
+        drain: an urgent result is either drained now or wakes the next wait."""
+        self._holding = True
+        try:
+            deadline = float("inf")
+            while True:
+                self._wake.clear()
+                if self._drain(batch):
+                    return True
+                if len(batch) >= MAX_BATCH:
+                    return False
+                now = time.monotonic()
+                deadline = min(deadline, now + self.hold(batch))
+                if deadline <= now:
+                    return False
+                self._wake.wait(deadline - now)
+        finally:
+            self._holding = False
 
     def _write(self, batch: list[tuple[T, Outcome]]) -> None:
         started = time.monotonic()

@@ -127,7 +127,9 @@ class Worker:
         )  # fmt: skip
         self.pacer = Pacer(self.claimer, store, self.wakeup, self._free_slots, settings.poll_interval)
         self.executor = Executor(settings.max_payload)
-        self.recorder: Recorder[Run] = Recorder(store, self.node_id, self._written, stats, hold=self.pacer.result_hold)
+        self.recorder: Recorder[Run] = Recorder(
+            store, self.node_id, self._written, stats, hold=self.pacer.result_hold, urgent=self.pacer.ends_hold
+        )
         self.runner = Runner(
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
