@@ -161,7 +161,7 @@ def test_shutdown_gives_back_claims_that_never_started(app: App) -> None:
     for claim in claims:
         definition = app.registry.get(claim.task.name)
         assert definition is not None
-        worker.runs.add(Run(claim, definition))
+        worker.runs.add_all([Run(claim, definition)])
     worker.release_unstarted()
     assert worker.running == 0
     for task in tasks:
@@ -325,7 +325,7 @@ def test_a_written_run_never_removes_a_newer_run_of_the_same_task(app: App) -> N
     assert definition is not None
     old_run = Run(first, definition)
     newer = Run(dataclasses.replace(first, execution_id=first.execution_id + 1000), definition)
-    worker.runs.add(newer)
+    worker.runs.add_all([newer])
     worker.runner.forget([old_run])  # the earlier run's result landed after the task was re-claimed
     assert worker.runs.runs() == [newer]
     worker.slots.shutdown()
@@ -418,7 +418,7 @@ def test_a_prefetched_run_whose_lease_was_lost_never_starts(app: App) -> None:
     definition = app.registry.get("t.must_not_run")
     assert definition is not None
     run = Run(claim, definition)
-    worker.runs.add(run)
+    worker.runs.add_all([run])
     run.request_cancel(CancelReason.LOST)  # the monitor found its lease gone while it waited
     worker.runner.execute(run)
     assert ran == [] and worker.running == 0

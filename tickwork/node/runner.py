@@ -72,11 +72,11 @@ class Runner:
     def execute(self, run: Run) -> None:
         """The slot thread's whole job for one run; never raises, and never leaves the
         run behind: whatever goes wrong, it ends recorded (FAILED) or dropped."""
-        self._wait_until_due(run)
+        now = self._wait_until_due(run)
         if not run.advance_from(RunState.QUEUED, RunState.RUNNING):
             return  # given back at shutdown while it waited for this slot
         try:
-            result = self._run(run)
+            result = self._run(run, now)
         except BaseException as exc:
             # Executor.execute turns task errors into results: this is a bug of ours.
             log.exception("task %s: unexpected error while running", run.task_id)
@@ -86,16 +86,18 @@ class Runner:
         if run.stuck_note is not None:
             self._returned(run)
 
-    def _wait_until_due(self, run: Run) -> None:
+    def _wait_until_due(self, run: Run) -> datetime:
         """A task claimed ahead of its due time (``NodeSettings.claim_ahead``) starts at
         that time, not before: its slot waits, a fraction of a second at most. A cancel
         request or a claim given back at shutdown is seen when the wait ends (the run,
-        still QUEUED meanwhile, is then skipped as any queued run would be)."""
+        still QUEUED meanwhile, is then skipped as any queued run would be). Returns the
+        time read last: the run's start, as the misfire policy and its log see it."""
         due = run.claim.task.next_run_at
-        while run.state is RunState.QUEUED and run.cancel_reason is None:
-            left = (due - self._now()).total_seconds()  # never raises: the slot must go on
-            if left <= 0:
-                return
+        while True:
+            now = self._now()  # never raises: the slot must go on
+            left = (due - now).total_seconds()
+            if left <= 0 or run.state is not RunState.QUEUED or run.cancel_reason is not None:
+                return now
             time.sleep(min(left, MAX_CLAIM_AHEAD))
 
     def _returned(self, run: Run) -> None:
@@ -107,7 +109,7 @@ class Runner:
             run.task_id, run.claim.task.name, run.execution_id, waited, run.cancel_reason,
         )  # fmt: skip
 
-    def _run(self, run: Run) -> RunResult | None:
+    def _run(self, run: Run, now: datetime) -> RunResult | None:
         """Decide and run; the result to record, or None when the run was already
         handed on (skipped by the misfire policy, or stopped before it started)."""
         if run.cancel_reason is None and self.unowned_after is not None:
@@ -121,15 +123,15 @@ class Runner:
             self.skip(run)
             return None
         # A task a full limit held back is judged as of when the limit filled (limits.py).
-        decision = decide(run.claim.task, run.claim.judged_at or self.store.approximate_now())
+        decision = decide(run.claim.task, run.claim.judged_at or now)
         if not decision.run:  # missed slots the policy does not run now
             log.info("task %s: %s", run.task_id, decision.text)
-            outcome = skipped_outcome(run.claim, decision, self.store.approximate_now())  # before the state moves
+            outcome = skipped_outcome(run.claim, decision, now)  # before the state moves
             run.advance(RunState.RECORDING)
             self.recorder.submit(run, outcome)
             return None
         ctx = self._context(run)
-        run.started_at = self.store.approximate_now()
+        run.started_at = now
         task = run.claim.task
         self.stats.run_started(task.name, max(0.0, (run.started_at - task.next_run_at).total_seconds()))
         self._set_deadlines(run)

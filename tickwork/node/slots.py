@@ -105,9 +105,10 @@ class RunTable:
         with self._lock:
             return len(self._runs)
 
-    def add(self, run: Run) -> None:
+    def add_all(self, runs: Iterable[Run]) -> None:
         with self._lock:
-            self._runs[run.execution_id] = run
+            for run in runs:
+                self._runs[run.execution_id] = run
             self._on_size(len(self._runs))
 
     def forget(self, runs: Iterable[Run]) -> None:

@@ -281,24 +281,24 @@ class Worker:
             raise NodeError("recorder thread died; stopping the node") from self.recorder.failure
 
     def _fill(self, got: Round) -> None:
-        """Dispatch a round's claims."""
+        """Hand a round's claims to the slot threads: each in the run table (under one
+        lock for the round) before any slot can take it, so that its end always finds it
+        there. ``got.leased_at``: when their leases began, at the latest (claims.py)."""
         if got.claimed:
             self.prefetch.observe_refill(got.took + self.recorder.write_s)
-        for claim, token in got.claims:
-            self.dispatch(claim, token, leased_at=got.leased_at)
+        runs = [self._run_of(claim, token, got.leased_at) for claim, token in got.claims]
+        self.runs.add_all(runs)
+        for run in runs:
+            self.slots.submit(run)
         self._autoscale()  # with the slots just refilled: how busy the node really is
 
-    def dispatch(self, claim: Claim, lock_token: str | None = None, *, leased_at: float | None = None) -> Run:
-        """Hand a claim to the slot threads. ``leased_at`` (monotonic): when its lease
-        began, at the latest (see claims.py)."""
+    def _run_of(self, claim: Claim, lock_token: str | None, leased_at: float) -> Run:
         definition = self.registry.get(claim.task.name)
         if definition is None:  # cannot happen: we only claim registered names
             raise NodeError(f"claimed unregistered task {claim.task.name!r}")
-        run = Run(claim, definition, renewed_at=self.clock() if leased_at is None else leased_at)
+        run = Run(claim, definition, renewed_at=leased_at)
         if lock_token is not None and self.locks is not None:
             run.lock_token, run.lock_ttl = lock_token, self.locks.ttl_for(claim.task)
-        self.runs.add(run)
-        self.slots.submit(run)
         return run
 
     def _autoscale(self) -> None:
