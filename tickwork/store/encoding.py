@@ -127,13 +127,21 @@ def _outcome_fields(o: Outcome, time: Callable[[datetime], Any]) -> dict[str, An
     return row
 
 
-def outcome_params(d: Dialect, o: Outcome) -> dict[str, Any]:
-    """One outcome as a row of SQLite's write_outcomes_batch: times as the store keeps
-    them, a result as its JSON text, a key left out for None (read as NULL)."""
+OUTCOME_COLUMNS = (
+    "task_id", "fence", "execution_id", "status", "task_status", "scheduled_at", "next_run_at", "finished_at",
+    "started_at", "attempt", "triggered", "error_type", "error_message", "error_traceback", "result", "note",
+    "skipped", "skipped_last", "decision", "counts", "lost_runs",
+)  # fmt: skip
+"""The columns of SQLite's outcome batch after its ``pos`` (sqlite.sql: create_outcome_batch)."""
+
+
+def outcome_row(d: Dialect, pos: int, o: Outcome) -> tuple[Any, ...]:
+    """One outcome as the row at ``pos`` of SQLite's outcome batch: times as the store
+    keeps them, a result as its JSON text."""
     row = _outcome_fields(o, d.encode_time)
     if "result" in row:
         row["result"] = d.encode_json(row["result"])
-    return row
+    return (pos, *[row.get(column) for column in OUTCOME_COLUMNS])
 
 
 def skipping(d: Dialect, task_id: int, skip: Skipping, now: Any) -> dict[str, Any]:

@@ -22,10 +22,6 @@ from tickwork.model import Outcome, Renewal
 from tickwork.store import encoding
 from tickwork.store.dialect import Dialect, Row, Session
 
-_encode_batch = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-"""A batch of outcomes as JSON text: keys in the order written (sorting them, as stored
-values are, costs a third of the encoding and the server does not care)."""
-
 
 class SetBased:
     """Set-based statements over arrays or a JSON batch (``claim_cas_batch``,
@@ -111,18 +107,24 @@ class RowByRow:
         ]
 
     def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
-        """Two statements for the whole batch: a statement per row released the GIL and
-        the file's write lock waited, at each, for the process's other threads."""
+        """The batch into the connection's own outcome table (one executemany), then two
+        statements for it all: a statement per row released the GIL and the file's write
+        lock waited, at each, for the process's other threads."""
         d = self._d
-        rows: dict[tuple[int, int], dict[str, Any]] = {}
+        positions: dict[tuple[int, int], int] = {}
+        rows: list[tuple[Any, ...]] = []
         for o in outcomes:  # one run, one outcome: a repeat of it is not written twice
-            rows.setdefault((o.task_id, o.fence), encoding.outcome_params(d, o))
+            key = (o.task_id, o.fence)
+            if key not in positions:
+                positions[key] = len(rows)
+                rows.append(encoding.outcome_row(d, len(rows), o))
+        s.execute("clear_outcome_batch", {})
+        s.copy_rows("add_outcome_batch", rows)
         common = {"now": d.encode_time(d.approximate_now()), "node": node, "expired_only": expired_only}
-        written = s.fetch_all("write_outcomes_batch", {**common, "batch": _encode_batch(list(rows.values()))})
+        written = s.fetch_all("write_outcomes_batch", {**common, "positions": json.dumps(list(range(len(rows))))})
         applied = {(int(r["id"]), int(r["version"])) for r in written}
         if applied:
-            finished = _encode_batch([rows[key] for key in applied])
-            s.execute("finish_executions_batch", {**common, "batch": finished})
+            s.execute("finish_executions_batch", {"positions": json.dumps([positions[key] for key in applied])})
         answered: set[tuple[int, int]] = set()
         result = []
         for o in outcomes:

@@ -107,50 +107,51 @@ SELECT id, attempt, CASE WHEN triggered THEN next_run_at ELSE scheduled_at END, 
 FROM tickwork_tasks WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, task_id, scheduled_for;
 
--- name: outcome_rows
--- (A fragment.) A batch of outcomes (encoding.outcome_params' values as one JSON array of
--- objects, a missing key NULL, times as the store keeps them, a result as its JSON text).
-o AS (
-    SELECT json_extract(value, '$.task_id') AS task_id, json_extract(value, '$.fence') AS fence,
-        json_extract(value, '$.execution_id') AS execution_id, json_extract(value, '$.status') AS status,
-        json_extract(value, '$.task_status') AS task_status, json_extract(value, '$.scheduled_at') AS scheduled_at,
-        json_extract(value, '$.next_run_at') AS next_run_at, json_extract(value, '$.finished_at') AS finished_at,
-        json_extract(value, '$.started_at') AS started_at, json_extract(value, '$.attempt') AS attempt,
-        json_extract(value, '$.triggered') AS triggered, json_extract(value, '$.error_type') AS error_type,
-        json_extract(value, '$.error_message') AS error_message,
-        json_extract(value, '$.error_traceback') AS error_traceback, json_extract(value, '$.result') AS result,
-        json_extract(value, '$.note') AS note, json_extract(value, '$.skipped') AS skipped,
-        json_extract(value, '$.skipped_last') AS skipped_last, json_extract(value, '$.decision') AS decision,
-        json_extract(value, '$.counts') AS counts, json_extract(value, '$.lost_runs') AS lost_runs
-    FROM json_each(:batch)
-)
+-- name: create_outcome_batch
+-- A batch of outcomes, one row each (encoding.OUTCOME_COLUMNS, times as the store keeps
+-- them, a result as its JSON text), for the two statements that write it: a table of
+-- each connection's own (TEMP), filled by one executemany. Read from JSON text instead,
+-- each field cost a parse of its outcome's whole object (SQLite before 3.45 keeps no
+-- parse), ~13 us an outcome per statement, under the file's write lock.
+CREATE TEMP TABLE IF NOT EXISTS tickwork_outcome_batch (
+    pos INTEGER PRIMARY KEY, task_id, fence, execution_id, status, task_status, scheduled_at, next_run_at,
+    finished_at, started_at, attempt, triggered, error_type, error_message, error_traceback, result, note,
+    skipped, skipped_last, decision, counts, lost_runs
+);
+
+-- name: clear_outcome_batch
+DELETE FROM temp.tickwork_outcome_batch;
+
+-- name: add_outcome_batch
+INSERT INTO temp.tickwork_outcome_batch VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: write_outcomes_batch
 -- The task side of a batch of outcomes in one statement (the execution rows:
 -- finish_executions_batch, for the outcomes that applied), each row fenced by its own
 -- version and lease owner: postgres.sql's, as SQLite can write it (no data-modifying
--- WITH, RETURNING of the updated table only). Found by id, the batch driving the lookups.
-WITH {{outcome_rows}}
+-- WITH, RETURNING of the updated table only). Found by id, the batch driving the lookups:
+-- its rows are named by their positions (:positions, all of them), a list the planner
+-- knows is short; over the bare table, with statistics, SQLite would first build a Bloom
+-- filter of the running tasks by reading every one (tests/test_sqlite_batches.py).
 UPDATE tickwork_tasks AS t
 SET {{settled_task}}
-FROM o
-WHERE t.id = o.task_id AND t.version = o.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
+FROM temp.tickwork_outcome_batch AS o
+WHERE o.pos IN (SELECT value FROM json_each(:positions)) AND t.id = o.task_id AND t.version = o.fence AND t.lease_owner = :node AND t.status = 'RUNNING'
   AND (NOT :expired_only OR t.lease_expires_at < :now)
 RETURNING id, version;
 
 -- name: finish_executions_batch
--- The execution rows of the outcomes write_outcomes_batch applied (only those are in
--- :batch). A run that never started (claimed ahead, cancelled before its due time) keeps
--- a start no later than its end (two-argument MIN: SQLite's LEAST). (+e.status: the
--- batch drives the lookups by id, not the status index.)
-WITH {{outcome_rows}}
+-- The execution rows of the outcomes write_outcomes_batch applied (:positions, theirs in
+-- the batch). A run that never started (claimed ahead, cancelled before its
+-- due time) keeps a start no later than its end (two-argument MIN: SQLite's LEAST).
+-- (+e.status: the batch drives the lookups by id, not the status index.)
 UPDATE tickwork_executions AS e
 SET status = o.status, started_at = COALESCE(o.started_at, MIN(e.started_at, o.finished_at)),
     finished_at = o.finished_at, error_type = o.error_type, error_message = o.error_message,
     error_traceback = o.error_traceback, result = o.result, note = o.note, skipped_count = o.skipped,
     skipped_last = o.skipped_last
-FROM o
-WHERE e.id = o.execution_id AND +e.status = 'RUNNING';
+FROM temp.tickwork_outcome_batch AS o
+WHERE o.pos IN (SELECT value FROM json_each(:positions)) AND e.id = o.execution_id AND +e.status = 'RUNNING';
 
 -- name: allocate_task_ids
 -- Ids for the tasks one insert_tasks adds, as one JSON array (see postgres.sql): the next ones after the
