@@ -116,8 +116,7 @@ class Worker:
         self.names = registry.names()
         cap = PREFETCH_CAP_PER_SLOT * self.concurrency if prefetch is None else prefetch
         self.prefetch = Prefetch(self.concurrency, cap)
-        self._adaptive_prefetch = prefetch is None
-        self._next_scale_check = 0.0
+        self._adaptive_prefetch, self._next_scale_check = prefetch is None, 0.0
         self.runs = RunTable(stats.running)
         self.health = StoreHealth(grace=settings.heartbeat + POST_OUTAGE_MARGIN_S, clock=clock)
         self.leases = Leases(store, self.node_id, settings, self.runs, self.health, stats, locks, clock)
@@ -127,9 +126,8 @@ class Worker:
         )  # fmt: skip
         self.pacer = Pacer(self.claimer, store, self.wakeup, self._free_slots, settings.poll_interval)
         self.executor = Executor(settings.max_payload)
-        self.recorder: Recorder[Run] = Recorder(
-            store, self.node_id, self._written, stats, hold=self.pacer.result_hold, urgent=self.pacer.ends_hold
-        )
+        hold, urgent = self.pacer.result_hold, self.pacer.ends_hold
+        self.recorder: Recorder[Run] = Recorder(store, self.node_id, self._written, stats, hold=hold, urgent=urgent)
         self.runner = Runner(
             store, self.node_id, self.runs, self.executor, self.recorder,
             prefetch=self.prefetch, stats=stats, events=self.events, renew=self.leases.renew_one, locks=locks,
