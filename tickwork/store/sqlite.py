@@ -116,7 +116,6 @@ class SQLiteDialect:
             self._enable_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA temp_store=MEMORY")
             conn.execute(self.texts["create_outcome_batch"])  # this connection's own
             conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             self._local.conn = conn
