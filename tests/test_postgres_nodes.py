@@ -76,4 +76,7 @@ def test_dropped_connections_are_reestablished_and_results_written_fenced(
     assert node.proc.poll() is None  # the node lived through it
     [run] = client.executions(slow.id)
     assert run.status is ExecutionStatus.COMPLETED and run.result == "done" and run.attempt == 1
+    # Its listening connection was cut too: the log says so, and says when it listens again.
+    assert wait_for(lambda: "listening for notifications again after" in node.output(), timeout=10), node.output()
+    assert "listening for notifications failed" in node.output()
     assert node.terminate() == 0, node.output()

@@ -38,16 +38,20 @@ class Listener:
         group's keeper role (``take_keeper``), tried at once and every
         ``KEEPER_RETRY_S`` until held; the role ends with the connection.
         """
-        backoff = 0.1
+        backoff, failing_since = 0.1, None
         while not stop.is_set():
             try:
                 with psycopg.connect(self.url, autocommit=True, **self.connect_kwargs) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     backoff = 0.1
+                    if failing_since is not None:  # every logged failure has its end logged too
+                        log.warning("listening for notifications again after %.1f s", time.monotonic() - failing_since)
+                        failing_since = None
                     on_notify("")
                     self._listen_on(conn, on_notify, stop, elect)
             except Exception:
                 log.warning("listening for notifications failed; polling until reconnected", exc_info=True)
+                failing_since = time.monotonic() if failing_since is None else failing_since
                 if elect is not None:
                     elect.on_role(None)
                 on_notify("")
