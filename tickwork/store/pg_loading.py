@@ -100,8 +100,7 @@ def claim_rows(layouts: Layouts) -> Callable[[psycopg.Cursor[Any]], RowMaker[Cla
 
     def factory(cursor: psycopg.Cursor[Any]) -> RowMaker[ClaimRow]:
         result = cursor.pgresult
-        fields = 0 if result is None else result.nfields
-        names = tuple((result.fname(i) or b"").decode() for i in range(fields)) if result is not None else ()
+        names = () if result is None else tuple((result.fname(i) or b"").decode() for i in range(result.nfields))
         return layouts.row_maker(names)
 
     return factory
