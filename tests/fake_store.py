@@ -1020,7 +1020,7 @@ class FakeStore:
             )
             return True
 
-    def note_execution(self, execution_id: int, text: str) -> None:
+    def note_execution(self, task_id: int, execution_id: int, text: str) -> None:
         with self._lock:
             run = self._executions.get(execution_id)
             if run is not None:

@@ -199,8 +199,8 @@ def test_the_node_row_carries_its_stuck_runs_and_an_execution_takes_a_later_note
     assert store.end_execution("node-a", claim, ExecutionStatus.TIMED_OUT, now, error, "timeout") is True
     assert store.end_execution("node-a", claim, ExecutionStatus.TIMED_OUT, now, error, "again") is False  # once
     assert store.get_task(task.id).status is Status.RUNNING  # type: ignore[union-attr]  # the task waits
-    store.note_execution(claim.execution_id, "first \udcff")  # a lone surrogate is cleaned, not refused
-    store.note_execution(claim.execution_id, "second")
+    store.note_execution(claim.task.id, claim.execution_id, "first \udcff")  # a lone surrogate is cleaned, not refused
+    store.note_execution(claim.task.id, claim.execution_id, "second")
     [run] = store.list_executions(task_id=task.id)
     assert run.note is not None and run.note == "timeout; first \\udcff; second"  # cleaned as every text
     assert run.status is ExecutionStatus.TIMED_OUT and run.error == error

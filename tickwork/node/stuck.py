@@ -139,7 +139,7 @@ class StuckWatch:
 
     def _note(self, store: Store, run: Run, text: str) -> bool:
         try:
-            store.note_execution(run.execution_id, text)
+            store.note_execution(run.task_id, run.execution_id, text)
         except Exception:
             log.warning("task %s: could not note its stuck thread yet; trying again", run.task_id, exc_info=True)
             return False

@@ -304,8 +304,9 @@ class Store(Protocol):
         thread returns, leaves the row as this made it. False if nothing was changed."""
         ...
 
-    def note_execution(self, execution_id: int, text: str) -> None:
-        """Add ``text`` to an execution's note (what its node learnt after recording it)."""
+    def note_execution(self, task_id: int, execution_id: int, text: str) -> None:
+        """Add ``text`` to the note of run ``execution_id`` of task ``task_id`` (what its
+        node learnt of it: a thread that did not stop), whether it ended or still runs."""
         ...
 
     def remove_node(self, node_id: str) -> None: ...

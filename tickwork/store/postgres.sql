@@ -145,16 +145,12 @@ picked AS (
 ), claimed AS (
     UPDATE tickwork_tasks t
     SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
-        lease_expires_at = clock_timestamp() + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
+        lease_expires_at = clock_timestamp() + make_interval(secs => :lease), attempt = t.attempt + 1,
+        updated_at = :now, {{run_on_task}}
     -- by primary key, as an array: joined to picked, a generic plan (the hot path's, its
     -- LIMIT unknown) would hash the whole table
     WHERE t.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING t.*, nextval('tickwork_executions_id_seq') AS execution_id,
-        CASE WHEN t.triggered THEN t.next_run_at ELSE t.scheduled_at END AS execution_scheduled_for
-), logged AS (
-    INSERT INTO tickwork_executions (id, task_id, attempt, scheduled_for, started_at, status, node, fence)
-    SELECT execution_id, id, attempt, execution_scheduled_for, GREATEST(:now, next_run_at), 'RUNNING', :node, version
-    FROM claimed
+    RETURNING t.*, t.run_id AS execution_id, t.run_scheduled_for AS execution_scheduled_for
 )
 SELECT claimed.*, lane_due.due AS lane_due FROM lane_due LEFT JOIN claimed ON true;
 
@@ -184,17 +180,21 @@ WITH candidate AS (
 ), claimed AS (
     UPDATE tickwork_tasks t
     SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
-        lease_expires_at = clock_timestamp() + make_interval(secs => :lease), attempt = t.attempt + 1, updated_at = :now
+        lease_expires_at = clock_timestamp() + make_interval(secs => :lease), attempt = t.attempt + 1,
+        updated_at = :now, {{run_on_task}}
     FROM locked
     WHERE t.id = locked.id
-    RETURNING t.*, nextval('tickwork_executions_id_seq') AS execution_id,
-        CASE WHEN t.triggered THEN t.next_run_at ELSE t.scheduled_at END AS execution_scheduled_for
-), logged AS (
-    INSERT INTO tickwork_executions (id, task_id, attempt, scheduled_for, started_at, status, node, fence)
-    SELECT execution_id, id, attempt, execution_scheduled_for, GREATEST(:now, next_run_at), 'RUNNING', :node, version
-    FROM claimed
+    RETURNING t.*, t.run_id AS execution_id, t.run_scheduled_for AS execution_scheduled_for
 )
 SELECT * FROM claimed;
+
+-- name: run_on_task
+-- (A fragment: the SET list's end in both claims.) The run a claim starts, on its task's
+-- row until its execution row is written at its end (migration 0014): its id, from the
+-- executions' sequence, its attempt, its start and its slot (tickwork.schedules.run_slot).
+run_id = nextval('tickwork_executions_id_seq'), run_attempt = t.attempt + 1,
+        run_started_at = GREATEST(:now, t.next_run_at),
+        run_scheduled_for = CASE WHEN t.triggered THEN t.next_run_at ELSE t.scheduled_at END, run_note = NULL
 
 -- name: list_tasks
 SELECT * FROM tickwork_tasks
@@ -211,11 +211,47 @@ ORDER BY id DESC
 LIMIT :limit OFFSET :offset;
 
 -- name: list_executions
-SELECT * FROM tickwork_executions
-WHERE (:task_id::bigint IS NULL OR task_id = :task_id::bigint)
-  AND (:status::text IS NULL OR status = :status::text)
+-- The log as readers see it (tickwork_runs, migration 0014): ended runs from their rows,
+-- running ones from their tasks'. No execution row is RUNNING since 0014: asked for
+-- those, the table is not walked at all (a one-time filter).
+SELECT * FROM (
+    SELECT * FROM tickwork_executions
+    WHERE (:task_id::bigint IS NULL OR task_id = :task_id::bigint) AND (:status::text IS NULL OR status = :status::text)
+      AND (:status::text IS NULL OR :status::text <> 'RUNNING')
+    ORDER BY id DESC
+    LIMIT :limit
+) AS ended
+UNION ALL
+SELECT t.run_id, t.id, t.run_attempt, t.run_scheduled_for, t.run_started_at, NULL, 'RUNNING', t.lease_owner,
+       t.version, NULL, NULL, NULL, NULL, t.run_note, NULL, NULL
+FROM tickwork_tasks t
+WHERE t.status = 'RUNNING' AND t.run_id IS NOT NULL AND (:task_id::bigint IS NULL OR t.id = :task_id::bigint)
+  AND (:status::text IS NULL OR :status::text = 'RUNNING')
+  AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id)
 ORDER BY id DESC
 LIMIT :limit;
+
+-- name: fail_undecodable_run
+-- A claimed run whose task cannot be read: its execution row, from the task's (written
+-- in the transaction that fails the task, after fail_undecodable).
+INSERT INTO tickwork_executions (id, task_id, attempt, scheduled_for, started_at, finished_at, status, node, fence,
+    error_type, error_message)
+SELECT run_id, id, COALESCE(run_attempt, attempt), COALESCE(run_scheduled_for, :now), run_started_at, :now,
+       'FAILED', :node, version, 'UndecodableTask', 'the stored task could not be read by this version of tickwork'
+FROM tickwork_tasks WHERE id = :id AND run_id = :execution_id
+ON CONFLICT (id) DO NOTHING;
+
+-- name: end_execution
+-- A run's execution ends while its task stays RUNNING (its thread past its timeout has
+-- not let go): its row is written now, fenced by the task's version and lease; the
+-- outcome written when the thread lets go leaves it as it is (write_outcomes_batch).
+INSERT INTO tickwork_executions (id, task_id, attempt, scheduled_for, started_at, finished_at, status, node, fence,
+    error_type, error_message, error_traceback, note)
+SELECT run_id, id, COALESCE(run_attempt, attempt), COALESCE(run_scheduled_for, :finished_at), run_started_at,
+       :finished_at, :status, :node, version, :error_type, :error_message, :error_traceback, :note
+FROM tickwork_tasks
+WHERE id = :task_id AND run_id = :id AND version = :fence AND lease_owner = :node AND status = 'RUNNING'
+ON CONFLICT (id) DO NOTHING;
 
 -- name: prune_nodes
 DELETE FROM tickwork_nodes WHERE heartbeat_at < :now - make_interval(secs => :silent_for);
@@ -264,15 +300,18 @@ WITH o AS (
     WHERE t.id = o.task_id AND t.version = o.fence AND t.lease_owner = :node
       AND t.status::text = 'RUNNING'::text COLLATE "C"
       AND (NOT :expired_only OR t.lease_expires_at < :now)
-    RETURNING t.id, o.fence, o.execution_id
+    RETURNING t.id, o.fence, o.execution_id, t.run_attempt, t.run_started_at, t.run_scheduled_for
 ), logged AS (
-    UPDATE tickwork_executions e
-    SET status = o.status, started_at = COALESCE(o.started_at, LEAST(e.started_at, o.finished_at)), finished_at = o.finished_at,
-        error_type = o.error_type,
-        error_message = o.error_message, error_traceback = o.error_traceback,
-        result = o.result, note = o.note, skipped_count = o.skipped, skipped_last = o.skipped_last
+    -- The run's one execution row. A row already there is one end_execution wrote while
+    -- the run's thread went on: it stays as it is.
+    INSERT INTO tickwork_executions AS e (id, task_id, attempt, scheduled_for, started_at, finished_at, status,
+        node, fence, error_type, error_message, error_traceback, result, note, skipped_count, skipped_last)
+    SELECT o.execution_id, o.task_id, COALESCE(settled.run_attempt, o.attempt),
+           COALESCE(settled.run_scheduled_for, o.finished_at),
+           COALESCE(o.started_at, LEAST(settled.run_started_at, o.finished_at)), o.finished_at, o.status,
+           :node, o.fence, o.error_type, o.error_message, o.error_traceback, o.result, o.note, o.skipped, o.skipped_last
     FROM o JOIN settled ON settled.id = o.task_id AND settled.fence = o.fence AND settled.execution_id = o.execution_id
-    WHERE e.id = o.execution_id AND e.status = 'RUNNING'
+    ON CONFLICT (id) DO NOTHING
 )
 SELECT id, fence, execution_id FROM settled;
 
@@ -285,22 +324,31 @@ WHERE t.id = r.id AND t.version = r.fence AND t.lease_owner = :node AND t.status
 RETURNING t.id, t.version, t.cancel_requested, t.cancel_run_only;
 
 -- name: overrun_runs
--- Runs claimed longer ago than their max_runtime plus :grace, live lease or not.
-SELECT t.*, e.id AS execution_id, e.scheduled_for AS execution_scheduled_for
+-- Runs claimed longer ago than their max_runtime plus :grace, live lease or not (a run
+-- whose execution row end_execution wrote early is no longer one).
+SELECT t.*, t.run_id AS execution_id, t.run_scheduled_for AS execution_scheduled_for
 FROM tickwork_tasks t
-JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.status = 'RUNNING'
-WHERE t.status = 'RUNNING' AND t.max_runtime IS NOT NULL
-  AND e.started_at + make_interval(secs => t.max_runtime + :grace) < :now
-ORDER BY e.started_at
+WHERE t.status = 'RUNNING' AND t.max_runtime IS NOT NULL AND t.run_id IS NOT NULL
+  AND t.run_started_at + make_interval(secs => t.max_runtime + :grace) < :now
+  AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id)
+ORDER BY t.run_started_at
 LIMIT :limit;
 
 -- name: expired_runs
-SELECT t.*, e.id AS execution_id, e.scheduled_for AS execution_scheduled_for
+SELECT t.*, t.run_id AS execution_id, t.run_scheduled_for AS execution_scheduled_for
 FROM tickwork_tasks t
-JOIN tickwork_executions e ON e.task_id = t.id AND e.fence = t.version AND e.status = 'RUNNING'
 WHERE t.status = 'RUNNING' AND t.lease_expires_at < :now AND NOT (t.id = ANY(:exclude::bigint[]))
+  AND t.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id)
 ORDER BY t.lease_expires_at
 LIMIT :limit;
+
+-- name: claimed_since
+-- queries.sql's, the run read from its task's row (migration 0014).
+SELECT t.*, t.run_id AS execution_id, t.run_scheduled_for AS execution_scheduled_for
+FROM tickwork_tasks t
+WHERE t.status = 'RUNNING' AND t.lease_owner = :node AND t.run_started_at >= :since
+  AND t.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id)
+ORDER BY t.id;
 
 -- name: lane_due_filter
 -- (A fragment.) A lane task of one priority this node could claim now: lane_candidates'
@@ -404,3 +452,16 @@ RETURNING id;
 -- name: inserted_task_ids
 -- Which of an insert_tasks batch's ids were inserted (the others' keys were held).
 SELECT id FROM tickwork_tasks WHERE id = ANY(:ids);
+
+-- name: note_execution
+-- queries.sql's; a run still going has no execution row yet (migration 0014): its note
+-- waits on its task's row, which tickwork_runs shows.
+WITH logged AS (
+    UPDATE tickwork_executions
+    SET note = CASE WHEN note IS NULL OR note = '' THEN :text ELSE note || '; ' || :text END
+    WHERE id = :id
+    RETURNING id
+)
+UPDATE tickwork_tasks
+SET run_note = CASE WHEN run_note IS NULL OR run_note = '' THEN :text ELSE run_note || '; ' || :text END
+WHERE id = :task_id AND run_id = :id AND status = 'RUNNING' AND NOT EXISTS (SELECT 1 FROM logged);

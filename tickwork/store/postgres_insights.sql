@@ -4,7 +4,7 @@
 -- name: name_stats
 WITH recent AS (
     SELECT task_id, status, scheduled_for, started_at, finished_at
-    FROM tickwork_executions ORDER BY id DESC LIMIT :scan
+    FROM tickwork_runs ORDER BY id DESC LIMIT :scan  -- running runs too (migration 0014), as on SQLite
 ), ended AS (
     SELECT t.name, r.status, r.finished_at,
            EXTRACT(EPOCH FROM r.finished_at - r.started_at)::float8 AS duration,
@@ -29,18 +29,27 @@ LIMIT :names;
 -- name: throughput
 SELECT status, floor(EXTRACT(EPOCH FROM finished_at - :since::timestamptz) / :bucket_s)::bigint AS bucket,
        COUNT(*) AS n,
-       (SELECT COUNT(*) FROM (SELECT 1 FROM tickwork_executions ORDER BY id DESC LIMIT :scan) AS w) AS scanned
-FROM (SELECT status, finished_at FROM tickwork_executions ORDER BY id DESC LIMIT :scan) AS recent
+       (SELECT COUNT(*) FROM (SELECT 1 FROM tickwork_runs ORDER BY id DESC LIMIT :scan) AS w) AS scanned
+FROM (SELECT status, finished_at FROM tickwork_runs ORDER BY id DESC LIMIT :scan) AS recent
 WHERE finished_at >= :since::timestamptz AND status <> 'SKIPPED'
 GROUP BY status, bucket
 ORDER BY bucket, status;
 
 -- name: find_runs
 SELECT e.*, t.name AS task_name
-FROM (SELECT * FROM tickwork_executions ORDER BY id DESC LIMIT :scan) AS e
+FROM (SELECT * FROM tickwork_runs ORDER BY id DESC LIMIT :scan) AS e  -- running runs too (migration 0014)
 JOIN tickwork_tasks t ON t.id = e.task_id
 WHERE (:name::text IS NULL OR t.name = :name::text) AND (:status::text IS NULL OR e.status = :status::text)
   AND (:since::timestamptz IS NULL OR e.scheduled_for >= :since::timestamptz)
   AND (:until::timestamptz IS NULL OR e.scheduled_for < :until::timestamptz)
 ORDER BY e.id DESC
+LIMIT :limit;
+
+-- name: running_by_node
+-- RUNNING tasks, by the node holding their lease; a run's start is on its task's row
+-- (migration 0014).
+SELECT t.id, t.name, t.lease_owner, t.attempt, t.run_started_at AS started_at
+FROM tickwork_tasks t
+WHERE t.status = 'RUNNING'
+ORDER BY t.lease_owner, t.id
 LIMIT :limit;

@@ -139,7 +139,8 @@ class Runs:
             for row in rows:
                 fenced = {"id": row["id"], "fence": row["version"], "node": node, "now": now}
                 if s.execute("fail_undecodable", fenced):
-                    s.execute("fail_undecodable_run", {"execution_id": row["execution_id"], "now": now})
+                    run = {"execution_id": row["execution_id"], "id": row["id"], "node": node, "now": now}
+                    s.execute("fail_undecodable_run", run)
 
     def _claim_optimistic(
         self, s: Session, params: dict[str, Any], exclude: list[int], candidates: list[Row]

@@ -282,9 +282,9 @@ class SQLStore(QueueOps):
                 s.execute("end_execution", encoding.early_end(self.dialect, node, claim, status, at, error, note)) > 0
             )
 
-    def note_execution(self, execution_id: int, text: str) -> None:
+    def note_execution(self, task_id: int, execution_id: int, text: str) -> None:
         with self.dialect.transaction() as s:
-            s.execute("note_execution", {"id": execution_id, "text": clean_text(text)[:4000]})
+            s.execute("note_execution", {"task_id": task_id, "id": execution_id, "text": clean_text(text)[:4000]})
 
     def remove_node(self, node_id: str) -> None:
         with self.dialect.transaction() as s:

@@ -1,0 +1,146 @@
+"""PostgreSQL writes a run's execution row once, when the run ends (migration 0014):
+while it runs, its task's row holds it, and every reader still shows it RUNNING, with
+the id, start, slot, node and fence its row then gets."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from tests.conftest import PG_ADMIN_URL
+from tickwork.model import ExecutionStatus, Kind, Status
+from tickwork.schedules import outcome_of
+from tickwork.store import Claim, NewTask, Store, open_store
+
+NAME = "runs.job"
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[Store]:
+    s = open_store(pg_url)
+    s.migrate()
+    yield s
+    s.close()
+
+
+def due(store: Store) -> NewTask:
+    slot = store.now() - timedelta(seconds=30)
+    return NewTask(name=NAME, args=[], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=slot, next_run_at=slot)
+
+
+def stored_executions(url: str) -> list[tuple[int, str]]:
+    with psycopg.connect(url) as conn:
+        return [(r[0], r[1]) for r in conn.execute("SELECT id, status FROM tickwork_executions ORDER BY id")]
+
+
+def claim_one(store: Store, node: str = "node-a") -> Claim:
+    [claim] = store.claim(node, [NAME], 1, 30.0)
+    return claim
+
+
+def test_a_running_run_is_read_from_its_task_and_written_once_at_its_end(store: Store, pg_url: str) -> None:
+    task = store.insert_tasks([due(store)])[0]
+    claim = claim_one(store)
+    assert stored_executions(pg_url) == []  # nothing written to the log yet
+
+    [running] = store.list_executions(task_id=task.id)
+    assert (running.id, running.status, running.node, running.fence) == (
+        claim.execution_id, ExecutionStatus.RUNNING, "node-a", claim.fence,
+    )  # fmt: skip
+    assert running.scheduled_for == task.scheduled_at and running.finished_at is None and running.attempt == 1
+    assert running.started_at is not None and running.started_at >= task.next_run_at
+    assert [r.id for r in store.list_executions(status=ExecutionStatus.RUNNING)] == [claim.execution_id]
+    assert [r.id for r in store.find_executions(status=ExecutionStatus.RUNNING).runs] == [claim.execution_id]
+    [shown] = store.running_tasks(10)
+    assert shown.started_at == running.started_at
+
+    assert store.finish("node-a", [outcome_of(claim, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    assert stored_executions(pg_url) == [(claim.execution_id, "COMPLETED")]
+    [done] = store.list_executions(task_id=task.id)
+    assert (done.id, done.status, done.node, done.fence) == (
+        claim.execution_id, ExecutionStatus.COMPLETED, "node-a", claim.fence,
+    )  # fmt: skip
+    assert (done.scheduled_for, done.started_at) == (running.scheduled_for, running.started_at)
+    assert store.list_executions(status=ExecutionStatus.RUNNING) == []
+
+
+def test_a_late_result_of_a_run_taken_over_writes_no_second_row(store: Store, pg_url: str) -> None:
+    store.insert_tasks([due(store)])
+    claim = claim_one(store)
+    # The run's row written by another outcome first (as a reconciler's would be) ...
+    assert store.finish("node-a", [outcome_of(claim, ExecutionStatus.FAILED, store.now())]) == [True]
+    # ... and the same run's late result: fenced out, no second row, the first unchanged.
+    assert store.finish("node-a", [outcome_of(claim, ExecutionStatus.COMPLETED, store.now())]) == [False]
+    assert stored_executions(pg_url) == [(claim.execution_id, "FAILED")]
+
+
+def test_an_execution_ended_early_is_no_longer_running_and_its_run_is_not_reaped(store: Store, pg_url: str) -> None:
+    task = store.insert_tasks([due(store)])[0]
+    claim = claim_one(store)
+    at = store.now()
+    assert store.end_execution("node-a", claim, ExecutionStatus.TIMED_OUT, at, None, "timeout") is True
+    assert stored_executions(pg_url) == [(claim.execution_id, "TIMED_OUT")]
+    [row] = store.list_executions(task_id=task.id)
+    assert row.status is ExecutionStatus.TIMED_OUT and row.note == "timeout"
+    assert store.get_task(task.id).status is Status.RUNNING  # the thread still holds it
+    # The thread lets go: the task settles, the row stays as end_execution wrote it.
+    assert store.finish("node-a", [outcome_of(claim, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    assert stored_executions(pg_url) == [(claim.execution_id, "TIMED_OUT")]
+
+
+def test_a_given_back_claim_leaves_no_run(store: Store, pg_url: str) -> None:
+    task = store.insert_tasks([due(store)])[0]
+    claim = claim_one(store)
+    assert store.release("node-a", [claim]) == 1
+    assert store.list_executions(task_id=task.id) == [] and stored_executions(pg_url) == []
+    again = claim_one(store, "node-b")
+    assert again.execution_id != claim.execution_id
+    assert [r.id for r in store.list_executions(task_id=task.id)] == [again.execution_id]
+
+
+@pytest.fixture
+def own_database() -> Iterator[str]:
+    """A database of this test's own: it takes the schema back a version."""
+    name = f"tickwork_upgrade_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_the_upgrade_moves_a_run_going_on_to_its_task_row(own_database: str) -> None:
+    store = open_store(own_database)
+    try:
+        store.migrate()
+        task = store.insert_tasks([due(store)])[0]
+        claim = claim_one(store)
+        [before] = store.list_executions(task_id=task.id)
+        with psycopg.connect(own_database) as conn:  # the run as version 13 wrote it
+            conn.execute(
+                "INSERT INTO tickwork_executions"
+                " (id, task_id, attempt, scheduled_for, started_at, status, node, fence, note)"
+                " SELECT run_id, id, run_attempt, run_scheduled_for, run_started_at, 'RUNNING', lease_owner, version,"
+                " 'stuck' "
+                "FROM tickwork_tasks WHERE status = 'RUNNING'"
+            )
+            conn.execute("DROP VIEW tickwork_runs")
+            for column in ("run_id", "run_attempt", "run_started_at", "run_scheduled_for", "run_note"):
+                conn.execute(f"ALTER TABLE tickwork_tasks DROP COLUMN {column}")
+            conn.execute("DELETE FROM tickwork_schema WHERE version = 14")
+        store.close()
+        store = open_store(own_database)
+        assert store.migrate() == 14
+        assert stored_executions(own_database) == []
+        assert store.list_executions(task_id=task.id) == [dataclasses.replace(before, note="stuck")]
+        [taken] = store.claimed_since("node-a", before.started_at - timedelta(seconds=1))
+        assert (taken.execution_id, taken.fence) == (claim.execution_id, claim.fence)
+        assert store.finish("node-a", [outcome_of(taken, ExecutionStatus.COMPLETED, store.now())]) == [True]
+        assert stored_executions(own_database) == [(claim.execution_id, "COMPLETED")]
+    finally:
+        store.close()

@@ -1,0 +1,33 @@
+-- A run's execution row is written once, when the run ends (write_outcomes_batch), not
+-- inserted at the claim and updated at the end: half the writes to tickwork_executions
+-- and their indexes on the hot path. While it runs, the run is read from its task's
+-- row: the claim gives it its execution id (from the executions' sequence, so ids keep
+-- their order) and records its attempt, when it started and which slot it runs (and
+-- a note its node adds while it runs: note_execution). tickwork_runs is
+-- the log as readers see it: every execution row, and every running run that has none
+-- yet (a run whose row was written early, by end_execution, while its thread went on,
+-- is that row).
+ALTER TABLE tickwork_tasks ADD COLUMN run_id BIGINT;
+ALTER TABLE tickwork_tasks ADD COLUMN run_attempt INTEGER;
+ALTER TABLE tickwork_tasks ADD COLUMN run_started_at TIMESTAMPTZ;
+ALTER TABLE tickwork_tasks ADD COLUMN run_scheduled_for TIMESTAMPTZ;
+ALTER TABLE tickwork_tasks ADD COLUMN run_note TEXT;
+
+-- Runs going on while the database is upgraded move to their task's row.
+UPDATE tickwork_tasks t
+SET run_id = e.id, run_attempt = e.attempt, run_started_at = e.started_at, run_scheduled_for = e.scheduled_for,
+    run_note = e.note
+FROM tickwork_executions e
+WHERE t.status = 'RUNNING' AND e.task_id = t.id AND e.fence = t.version AND e.status = 'RUNNING';
+DELETE FROM tickwork_executions e USING tickwork_tasks t WHERE e.id = t.run_id AND e.status = 'RUNNING';
+
+CREATE VIEW tickwork_runs AS
+SELECT id, task_id, attempt, scheduled_for, started_at, finished_at, status, node, fence,
+       error_type, error_message, error_traceback, result, note, skipped_count, skipped_last
+FROM tickwork_executions
+UNION ALL
+SELECT t.run_id, t.id, t.run_attempt, t.run_scheduled_for, t.run_started_at, NULL, 'RUNNING', t.lease_owner, t.version,
+       NULL, NULL, NULL, NULL, t.run_note, NULL, NULL
+FROM tickwork_tasks t
+WHERE t.status = 'RUNNING' AND t.run_id IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id);
