@@ -12,7 +12,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from tests.conftest import PG_ADMIN_URL
+from tests.conftest import PG_ADMIN_URL, wait_for
 from tickwork.model import ExecutionStatus, Kind, Status
 from tickwork.schedules import outcome_of
 from tickwork.store import Claim, NewTask, Store, open_store
@@ -144,3 +144,57 @@ def test_the_upgrade_moves_a_run_going_on_to_its_task_row(own_database: str) -> 
         assert stored_executions(own_database) == [(claim.execution_id, "COMPLETED")]
     finally:
         store.close()
+
+
+def claim_the_old_way(url: str, task_id: int, node: str, lease: float) -> int:
+    """A claim as a node of the version before migration 0014 makes it (a rolling
+    upgrade): a RUNNING execution row, nothing of the run on the task's row."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "WITH claimed AS (UPDATE tickwork_tasks t SET status = 'RUNNING', version = t.version + 1,"
+            " lease_owner = %(node)s, lease_expires_at = clock_timestamp() + make_interval(secs => %(lease)s),"
+            " attempt = t.attempt + 1, updated_at = now() WHERE id = %(id)s"
+            " RETURNING t.*, nextval('tickwork_executions_id_seq') AS execution_id)"
+            " INSERT INTO tickwork_executions (id, task_id, attempt, scheduled_for, started_at, status, node, fence)"
+            " SELECT execution_id, id, attempt, scheduled_at, GREATEST(now(), next_run_at), 'RUNNING',"
+            " %(node)s, version FROM claimed RETURNING id",
+            {"node": node, "lease": lease, "id": task_id},
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("earlier_row", ["kept", "pruned"])
+def test_a_run_claimed_by_a_node_of_the_version_before_is_read_and_reaped_by_its_row(
+    store: Store, pg_url: str, earlier_row: str
+) -> None:
+    task = store.insert_tasks([due(store)])[0]
+    first = claim_one(store)  # a run of this version: the task's row keeps its run_id
+    assert store.finish("node-a", [outcome_of(first, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    with psycopg.connect(pg_url) as conn:  # the task due again (as a recurring task's next slot)
+        conn.execute("UPDATE tickwork_tasks SET status = 'PENDING' WHERE id = %s", (task.id,))
+        if earlier_row == "pruned":
+            conn.execute("DELETE FROM tickwork_executions WHERE id = %s", (first.execution_id,))
+    legacy = claim_the_old_way(pg_url, task.id, "old-node", 0.2)
+
+    running = store.list_executions(status=ExecutionStatus.RUNNING)
+    assert [(r.id, r.node) for r in running] == [(legacy, "old-node")]  # the row, once, not the stale run_id
+    assert [r.id for r in store.find_executions(status=ExecutionStatus.RUNNING).runs] == [legacy]
+    assert store.list_executions(task_id=task.id)[0].id == legacy  # the newest
+    [shown] = store.running_tasks(10)
+    assert shown.started_at == running[0].started_at
+
+    [lost] = [c for c in wait_for_expired(store) if c.task.id == task.id]
+    assert lost.execution_id == legacy
+    assert store.reap("old-node", [outcome_of(lost, ExecutionStatus.FAILED, store.now())]) == [True]
+    rows = stored_executions(pg_url)
+    assert (legacy, "FAILED") in rows and len(rows) == (2 if earlier_row == "kept" else 1)
+    [ended] = [r for r in store.list_executions(task_id=task.id) if r.id == legacy]
+    assert (ended.started_at, ended.scheduled_for) == (running[0].started_at, running[0].scheduled_for)
+    assert store.list_executions(status=ExecutionStatus.RUNNING) == []
+
+
+def wait_for_expired(store: Store) -> list[Claim]:
+    found = wait_for(lambda: store.expired(100), timeout=10)
+    assert isinstance(found, list)
+    return found

@@ -196,6 +196,29 @@ run_id = nextval('tickwork_executions_id_seq'), run_attempt = t.attempt + 1,
         run_started_at = GREATEST(:now, t.next_run_at),
         run_scheduled_for = CASE WHEN t.triggered THEN t.next_run_at ELSE t.scheduled_at END, run_note = NULL
 
+-- name: run_on_task_row
+-- (A fragment.) Task t's run is the one on its row (migration 0014): it has one, its
+-- execution row is not written yet (end_execution writes it early for a stuck thread),
+-- and no node of an earlier version claimed the task the old way, with a RUNNING
+-- execution row (a rolling upgrade: the run_id on the row is then an earlier run's).
+-- Such a row is the task's newest (its id was taken at the claim): one probe of the
+-- task's index from its end, however long the task's history.
+t.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id)
+  AND NOT EXISTS (SELECT 1 FROM (SELECT e.fence, e.status FROM tickwork_executions e WHERE e.task_id = t.id
+                              ORDER BY e.id DESC LIMIT 1) AS latest
+                  WHERE latest.fence = t.version AND latest.status = 'RUNNING')
+
+-- name: current_run
+-- (A fragment: a lateral subquery over task t.) Its run going on: the RUNNING execution
+-- row a node of an earlier version wrote at its claim, or else the run on its row.
+SELECT l.id, l.scheduled_for, l.started_at
+FROM (SELECT e.* FROM tickwork_executions e WHERE e.task_id = t.id ORDER BY e.id DESC LIMIT 1) AS l
+WHERE l.fence = t.version AND l.status = 'RUNNING'
+UNION ALL
+SELECT t.run_id, t.run_scheduled_for, t.run_started_at
+WHERE t.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id)
+LIMIT 1
+
 -- name: list_tasks
 SELECT * FROM tickwork_tasks
 WHERE (:status::text IS NULL OR status = :status::text) AND (:name::text IS NULL OR name = :name::text)
@@ -212,12 +235,11 @@ LIMIT :limit OFFSET :offset;
 
 -- name: list_executions
 -- The log as readers see it (tickwork_runs, migration 0014): ended runs from their rows,
--- running ones from their tasks'. No execution row is RUNNING since 0014: asked for
--- those, the table is not walked at all (a one-time filter).
+-- running ones from their tasks' (and from their rows, for runs a node of an earlier
+-- version claimed).
 SELECT * FROM (
     SELECT * FROM tickwork_executions
     WHERE (:task_id::bigint IS NULL OR task_id = :task_id::bigint) AND (:status::text IS NULL OR status = :status::text)
-      AND (:status::text IS NULL OR :status::text <> 'RUNNING')
     ORDER BY id DESC
     LIMIT :limit
 ) AS ended
@@ -225,9 +247,8 @@ UNION ALL
 SELECT t.run_id, t.id, t.run_attempt, t.run_scheduled_for, t.run_started_at, NULL, 'RUNNING', t.lease_owner,
        t.version, NULL, NULL, NULL, NULL, t.run_note, NULL, NULL
 FROM tickwork_tasks t
-WHERE t.status = 'RUNNING' AND t.run_id IS NOT NULL AND (:task_id::bigint IS NULL OR t.id = :task_id::bigint)
-  AND (:status::text IS NULL OR :status::text = 'RUNNING')
-  AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id)
+WHERE t.status = 'RUNNING' AND (:task_id::bigint IS NULL OR t.id = :task_id::bigint)
+  AND (:status::text IS NULL OR :status::text = 'RUNNING') AND {{run_on_task_row}}
 ORDER BY id DESC
 LIMIT :limit;
 
@@ -278,7 +299,7 @@ SELECT pg_notify('tickwork', :payload);
 -- in one statement (one parse, one plan, one round trip): the batch arrives as one JSON
 -- array, which the server unpacks faster than a driver can send one array per column
 -- (json, not jsonb: unpacked once, never stored, it parses faster). Each row is still
--- fenced by its own version and lease owner; an execution row is finished only if its
+-- fenced by its own version and lease owner; an execution row is written only if its
 -- task's update applied. Status and cancel flags: tickwork.schedules.cancel_wins.
 -- Two outcomes of one task in a batch (a late result of a run taken over, beside the
 -- result of the task's next run) are told apart by fence and execution: only the one
@@ -300,18 +321,26 @@ WITH o AS (
     WHERE t.id = o.task_id AND t.version = o.fence AND t.lease_owner = :node
       AND t.status::text = 'RUNNING'::text COLLATE "C"
       AND (NOT :expired_only OR t.lease_expires_at < :now)
-    RETURNING t.id, o.fence, o.execution_id, t.run_attempt, t.run_started_at, t.run_scheduled_for
+    -- (the outcome's own fields too: one row per task updated, the row its log takes)
+    RETURNING t.id, o.fence, o.execution_id, t.run_attempt, t.run_started_at, t.run_scheduled_for, o.attempt,
+        o.status, o.started_at, o.finished_at, o.error_type, o.error_message, o.error_traceback, o.result, o.note,
+        o.skipped, o.skipped_last
 ), logged AS (
     -- The run's one execution row. A row already there is one end_execution wrote while
-    -- the run's thread went on: it stays as it is.
+    -- the run's thread went on: it stays as it is; or a RUNNING one, of a run a node of
+    -- an earlier version claimed (a rolling upgrade): it is ended as that version did.
     INSERT INTO tickwork_executions AS e (id, task_id, attempt, scheduled_for, started_at, finished_at, status,
         node, fence, error_type, error_message, error_traceback, result, note, skipped_count, skipped_last)
-    SELECT o.execution_id, o.task_id, COALESCE(settled.run_attempt, o.attempt),
-           COALESCE(settled.run_scheduled_for, o.finished_at),
-           COALESCE(o.started_at, LEAST(settled.run_started_at, o.finished_at)), o.finished_at, o.status,
-           :node, o.fence, o.error_type, o.error_message, o.error_traceback, o.result, o.note, o.skipped, o.skipped_last
-    FROM o JOIN settled ON settled.id = o.task_id AND settled.fence = o.fence AND settled.execution_id = o.execution_id
-    ON CONFLICT (id) DO NOTHING
+    SELECT r.execution_id, r.id, COALESCE(r.run_attempt, r.attempt), COALESCE(r.run_scheduled_for, r.finished_at),
+           COALESCE(r.started_at, LEAST(r.run_started_at, r.finished_at)), r.finished_at, r.status,
+           :node, r.fence, r.error_type, r.error_message, r.error_traceback, r.result, r.note, r.skipped, r.skipped_last
+    FROM settled AS r
+    ON CONFLICT (id) DO UPDATE
+    SET status = excluded.status, started_at = COALESCE(e.started_at, excluded.started_at),
+        finished_at = excluded.finished_at, error_type = excluded.error_type, error_message = excluded.error_message,
+        error_traceback = excluded.error_traceback, result = excluded.result, note = excluded.note,
+        skipped_count = excluded.skipped_count, skipped_last = excluded.skipped_last
+    WHERE e.status = 'RUNNING'
 )
 SELECT id, fence, execution_id FROM settled;
 
@@ -326,19 +355,17 @@ RETURNING t.id, t.version, t.cancel_requested, t.cancel_run_only;
 -- name: overrun_runs
 -- Runs claimed longer ago than their max_runtime plus :grace, live lease or not (a run
 -- whose execution row end_execution wrote early is no longer one).
-SELECT t.*, t.run_id AS execution_id, t.run_scheduled_for AS execution_scheduled_for
-FROM tickwork_tasks t
-WHERE t.status = 'RUNNING' AND t.max_runtime IS NOT NULL AND t.run_id IS NOT NULL
-  AND t.run_started_at + make_interval(secs => t.max_runtime + :grace) < :now
-  AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id)
-ORDER BY t.run_started_at
+SELECT t.*, r.id AS execution_id, r.scheduled_for AS execution_scheduled_for
+FROM tickwork_tasks t CROSS JOIN LATERAL ({{current_run}}) AS r
+WHERE t.status = 'RUNNING' AND t.max_runtime IS NOT NULL
+  AND r.started_at + make_interval(secs => t.max_runtime + :grace) < :now
+ORDER BY r.started_at
 LIMIT :limit;
 
 -- name: expired_runs
-SELECT t.*, t.run_id AS execution_id, t.run_scheduled_for AS execution_scheduled_for
-FROM tickwork_tasks t
+SELECT t.*, r.id AS execution_id, r.scheduled_for AS execution_scheduled_for
+FROM tickwork_tasks t CROSS JOIN LATERAL ({{current_run}}) AS r
 WHERE t.status = 'RUNNING' AND t.lease_expires_at < :now AND NOT (t.id = ANY(:exclude::bigint[]))
-  AND t.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id)
 ORDER BY t.lease_expires_at
 LIMIT :limit;
 
@@ -346,8 +373,7 @@ LIMIT :limit;
 -- queries.sql's, the run read from its task's row (migration 0014).
 SELECT t.*, t.run_id AS execution_id, t.run_scheduled_for AS execution_scheduled_for
 FROM tickwork_tasks t
-WHERE t.status = 'RUNNING' AND t.lease_owner = :node AND t.run_started_at >= :since
-  AND t.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id)
+WHERE t.status = 'RUNNING' AND t.lease_owner = :node AND t.run_started_at >= :since AND {{run_on_task_row}}
 ORDER BY t.id;
 
 -- name: lane_due_filter

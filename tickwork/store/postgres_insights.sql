@@ -48,8 +48,14 @@ LIMIT :limit;
 -- name: running_by_node
 -- RUNNING tasks, by the node holding their lease; a run's start is on its task's row
 -- (migration 0014).
-SELECT t.id, t.name, t.lease_owner, t.attempt, t.run_started_at AS started_at
+SELECT t.id, t.name, t.lease_owner, t.attempt,
+       CASE WHEN l.fence = t.version AND l.status = 'RUNNING' THEN l.started_at ELSE t.run_started_at END AS started_at
 FROM tickwork_tasks t
+-- a run claimed by a node of an earlier version (a rolling upgrade) has its row: the
+-- task's newest
+LEFT JOIN LATERAL (
+    SELECT e.fence, e.status, e.started_at FROM tickwork_executions e WHERE e.task_id = t.id ORDER BY e.id DESC LIMIT 1
+) AS l ON true
 WHERE t.status = 'RUNNING'
 ORDER BY t.lease_owner, t.id
 LIMIT :limit;

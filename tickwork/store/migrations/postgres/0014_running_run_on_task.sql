@@ -6,7 +6,10 @@
 -- a note its node adds while it runs: note_execution). tickwork_runs is
 -- the log as readers see it: every execution row, and every running run that has none
 -- yet (a run whose row was written early, by end_execution, while its thread went on,
--- is that row).
+-- is that row). Nodes of an earlier version still running during a rolling upgrade
+-- claim the old way, a RUNNING row per run: such a row is its run (the task's run_id,
+-- if any, is then a stale one of an earlier run), which every reader takes as it is
+-- (such a row is its task's newest: one probe of tickwork_executions_task).
 ALTER TABLE tickwork_tasks ADD COLUMN run_id BIGINT;
 ALTER TABLE tickwork_tasks ADD COLUMN run_attempt INTEGER;
 ALTER TABLE tickwork_tasks ADD COLUMN run_started_at TIMESTAMPTZ;
@@ -34,4 +37,7 @@ SELECT t.run_id, t.id, t.run_attempt, t.run_scheduled_for, t.run_started_at, NUL
        NULL, NULL, NULL, NULL, t.run_note, NULL, NULL
 FROM tickwork_tasks t
 WHERE t.status = 'RUNNING' AND t.run_id IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id);
+  AND NOT EXISTS (SELECT 1 FROM tickwork_executions e WHERE e.id = t.run_id)
+  AND NOT EXISTS (SELECT 1 FROM (SELECT e.fence, e.status FROM tickwork_executions e WHERE e.task_id = t.id
+                              ORDER BY e.id DESC LIMIT 1) AS latest
+                  WHERE latest.fence = t.version AND latest.status = 'RUNNING');
