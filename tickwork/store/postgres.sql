@@ -322,13 +322,12 @@ WITH o AS (
       AND t.status::text = 'RUNNING'::text COLLATE "C"
       AND (NOT :expired_only OR t.lease_expires_at < :now)
     -- (the outcome's own fields too: one row per task updated, the row its log takes)
-    RETURNING t.id, o.fence, o.execution_id, t.run_attempt, t.run_started_at, t.run_scheduled_for, o.attempt,
-        o.status, o.started_at, o.finished_at, o.error_type, o.error_message, o.error_traceback, o.result, o.note,
-        o.skipped, o.skipped_last
+    RETURNING t.id, t.run_attempt, t.run_started_at, t.run_scheduled_for, o.*
 ), logged AS (
     -- The run's one execution row. A row already there is one end_execution wrote while
     -- the run's thread went on: it stays as it is; or a RUNNING one, of a run a node of
-    -- an earlier version claimed (a rolling upgrade): it is ended as that version did.
+    -- an earlier version claimed (a rolling upgrade): it is ended, by a reconciler (this
+    -- version writes no other outcome of such a run: no result, no skip, no later start).
     INSERT INTO tickwork_executions AS e (id, task_id, attempt, scheduled_for, started_at, finished_at, status,
         node, fence, error_type, error_message, error_traceback, result, note, skipped_count, skipped_last)
     SELECT r.execution_id, r.id, COALESCE(r.run_attempt, r.attempt), COALESCE(r.run_scheduled_for, r.finished_at),
@@ -336,10 +335,8 @@ WITH o AS (
            :node, r.fence, r.error_type, r.error_message, r.error_traceback, r.result, r.note, r.skipped, r.skipped_last
     FROM settled AS r
     ON CONFLICT (id) DO UPDATE
-    SET status = excluded.status, started_at = COALESCE(e.started_at, excluded.started_at),
-        finished_at = excluded.finished_at, error_type = excluded.error_type, error_message = excluded.error_message,
-        error_traceback = excluded.error_traceback, result = excluded.result, note = excluded.note,
-        skipped_count = excluded.skipped_count, skipped_last = excluded.skipped_last
+    SET status = excluded.status, finished_at = excluded.finished_at, error_type = excluded.error_type,
+        error_message = excluded.error_message, error_traceback = excluded.error_traceback, note = excluded.note
     WHERE e.status = 'RUNNING'
 )
 SELECT id, fence, execution_id FROM settled;
