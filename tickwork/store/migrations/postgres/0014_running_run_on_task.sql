@@ -24,8 +24,10 @@ FROM tickwork_executions e
 WHERE t.status = 'RUNNING' AND e.task_id = t.id AND e.fence = t.version AND e.status = 'RUNNING';
 DELETE FROM tickwork_executions e USING tickwork_tasks t WHERE e.id = t.run_id AND e.status = 'RUNNING';
 
--- Rows written once are never updated (but by a rare note_execution): the room
--- fillfactor 70 left in each page for their updates is of no use from now on.
+-- Rows written once are not updated (but by a rare note_execution, and an old-way row
+-- of a rolling upgrade ended once): the room fillfactor 70 left in each page for their
+-- updates is of no use from now on. The view's running branch is postgres.sql's
+-- run_on_task_row (a view cannot take a fragment): the two change together.
 ALTER TABLE tickwork_executions SET (fillfactor = 100);
 
 CREATE VIEW tickwork_runs AS
