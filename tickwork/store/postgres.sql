@@ -311,6 +311,12 @@ WITH o AS (
         attempt int, triggered boolean, error_type text, error_message text, error_traceback text,
         result jsonb, note text, skipped int, skipped_last timestamptz, decision text, counts boolean,
         lost_runs int)
+    -- Always true (task ids are never NULL), and estimated to hold about one row: the
+    -- planner then drives the update from the batch through the primary key at any table
+    -- size. Without it, it takes a set function for 100 rows and, below ~10,000 tasks,
+    -- scans the table and compares every row this node runs with every outcome (a batch
+    -- of 200 in a table of 2,000 tasks: 29 ms instead of 2.5).
+    WHERE o.task_id = o.task_id + 0
 ), settled AS (
     UPDATE tickwork_tasks t
     SET {{settled_task}}
