@@ -5,6 +5,7 @@ the id, start, slot, node and fence its row then gets."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -101,6 +102,51 @@ def test_a_given_back_claim_leaves_no_run(store: Store, pg_url: str) -> None:
     again = claim_one(store, "node-b")
     assert again.execution_id != claim.execution_id
     assert [r.id for r in store.list_executions(task_id=task.id)] == [again.execution_id]
+
+
+def test_an_early_end_racing_a_reaper_leaves_one_row_per_run(store: Store, pg_url: str) -> None:
+    """A stuck thread's early end (node A) and another node's reconciler (B) write the same
+    run at the same instant, round after round: each run ends with exactly one row,
+    the one of whichever write came first, and the early end reports True exactly when
+    its row is the one kept. The reaper's settle always applies (an early end leaves the
+    task as it is), so no task stays RUNNING."""
+    rounds = 30
+    store.insert_tasks([due(store) for _ in range(rounds)])
+    claims = store.claim("node-a", [NAME], rounds, 30.0)
+    assert len(claims) == rounds
+    other = open_store(pg_url)  # node B: its own pool of connections
+    start = threading.Barrier(2)
+    ended: dict[int, bool] = {}
+    reaped: dict[int, list[bool]] = {}
+
+    def end(claim: Claim) -> None:
+        start.wait(timeout=10)
+        ended[claim.execution_id] = store.end_execution(
+            "node-a", claim, ExecutionStatus.TIMED_OUT, store.now(), None, "timeout"
+        )
+
+    def reap(claim: Claim) -> None:
+        start.wait(timeout=10)
+        outcome = outcome_of(claim, ExecutionStatus.FAILED, other.now(), note="max_runtime")
+        reaped[claim.execution_id] = other.reap("node-a", [outcome], expired_only=False)
+
+    try:
+        for claim in claims:
+            threads = [threading.Thread(target=end, args=(claim,)), threading.Thread(target=reap, args=(claim,))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=30)
+            assert not any(t.is_alive() for t in threads)
+    finally:
+        other.close()
+    rows = dict(stored_executions(pg_url))
+    assert sorted(rows) == sorted(c.execution_id for c in claims)  # one row per run, no more
+    for claim in claims:
+        kept = rows[claim.execution_id]
+        assert kept == ("TIMED_OUT" if ended[claim.execution_id] else "FAILED"), claim.execution_id
+        assert reaped[claim.execution_id] == [True]
+        assert store.get_task(claim.task.id).status is Status.FAILED
 
 
 @pytest.fixture
