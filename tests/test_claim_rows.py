@@ -48,7 +48,7 @@ def decoder() -> Decoder:
 
 def row(**changed: Any) -> ClaimRow:
     cells = dict(zip(NAMES, CELLS, strict=True)) | changed
-    return ClaimRow(Layouts().get(NAMES), tuple(cells.values()))
+    return ClaimRow(Layouts().get(tuple(name.encode() for name in NAMES)), tuple(cells.values()))
 
 
 def test_the_positional_columns_are_those_the_decoder_reads_in_task_field_order() -> None:

@@ -115,23 +115,27 @@ def decode_claim(decoder: Decoder, row: Mapping[str, Any]) -> Claim:
 
 
 class Layouts:
-    """The layouts seen so far, by column names (a claim statement has one or two)."""
+    """The layouts seen so far, by column names (a claim statement has one or two).
+
+    A result's names arrive as the driver's bytes (``PGresult.fname``): a claim looks
+    its layout up by them as they are, and decodes them only the first time."""
 
     def __init__(self) -> None:
-        self._by_names: dict[tuple[str, ...], Layout] = {}
+        self._by_fields: dict[tuple[bytes | None, ...], Layout] = {}
 
-    def get(self, names: tuple[str, ...]) -> Layout:
-        layout = self._by_names.get(names)
+    def get(self, fields: tuple[bytes | None, ...]) -> Layout:
+        layout = self._by_fields.get(fields)
         if layout is None:
-            layout = self._by_names.setdefault(names, Layout(names))
+            names = tuple((name or b"").decode() for name in fields)
+            layout = self._by_fields.setdefault(fields, Layout(names))
         return layout
 
     def seen(self) -> list[Layout]:
-        return list(self._by_names.values())
+        return list(self._by_fields.values())
 
-    def row_maker(self, names: tuple[str, ...]) -> Callable[[Sequence[Any]], ClaimRow]:
+    def row_maker(self, fields: tuple[bytes | None, ...]) -> Callable[[Sequence[Any]], ClaimRow]:
         """What makes each row of a result with these columns."""
-        layout = self.get(names)
+        layout = self.get(fields)
         return lambda values: ClaimRow(layout, values)
 
 

@@ -33,7 +33,7 @@ from tickwork.store.dialect import Election, HotPath, iter_statements
 from tickwork.store.hot import SetBased
 from tickwork.store.pg_idle import closed_by_server
 from tickwork.store.pg_listen import Listener
-from tickwork.store.pg_loading import claim_rows, loads_json
+from tickwork.store.pg_loading import JsonbBinaryLoader, claim_rows, loads_json
 from tickwork.store.pg_session import PgSession
 from tickwork.urls import masked, scrubbed
 
@@ -202,6 +202,7 @@ class PostgresDialect:
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
         set_json_loads(loads_json, conn)
+        conn.adapters.register_loader("jsonb", JsonbBinaryLoader)
         pg_copy.register(conn)
 
     @contextlib.contextmanager
