@@ -385,10 +385,11 @@ def test_a_big_batch_of_outcomes_or_renewals_reads_each_task_once(store: Store, 
     assert {q: n for q, n in found.items() if n > BACKLOG + 3 * size} == {}
 
 
-def test_outcomes_are_found_by_id_in_a_small_table_never_analyzed(store: Store, store_url: str) -> None:
-    """The same write in a new deployment's table of 2,000 tasks that autovacuum has not
-    analyzed yet: the planner then takes the batch for 100 rows and, for a table this
-    small, would scan it and compare every task this node runs with every outcome."""
+def test_outcomes_and_renewals_find_tasks_by_id_in_a_small_table_never_analyzed(store: Store, store_url: str) -> None:
+    """The same writes in a new deployment's table of 2,000 tasks that autovacuum has not
+    analyzed yet: the planner then takes a batch of outcomes for 100 rows and, for a
+    table this small, would scan it and compare every task this node runs with every
+    outcome."""
     if store_url.startswith("sqlite"):
         pytest.skip("SQLite plans each statement with its values")
     from tickwork.model import ExecutionStatus
@@ -402,8 +403,14 @@ def test_outcomes_are_found_by_id_in_a_small_table_never_analyzed(store: Store, 
     assert len(running) == size
     d = store.dialect  # type: ignore[attr-defined]
     outcomes = [encoding.outcome_object(outcome_of(c, ExecutionStatus.COMPLETED, store.now())) for c in running]
-    values = {**params(store), "expired_only": False, "batch": d.encode_json(outcomes)}
-    read = max(
-        _pg_reads(store_url, d.texts["write_outcomes_batch"], values, generic, joins=True) for generic in (False, True)
-    )
-    assert read <= table + 3 * size  # once over the table at most, never once per outcome
+    values = {
+        **params(store),
+        "expired_only": False,
+        "batch": d.encode_json(outcomes),
+        "ids": [c.task.id for c in running],
+        "fences": [c.fence for c in running],
+    }
+    batches = ("write_outcomes_batch", "renew_batch")
+    found = {q: max(_pg_reads(store_url, d.texts[q], values, g, joins=True) for g in (False, True)) for q in batches}
+    # once over the table at most, never once per outcome
+    assert {q: n for q, n in found.items() if n > table + 3 * size} == {}
