@@ -1,5 +1,5 @@
-"""jsonb as the hot path loads it (store/pg_loading.py): the decoder's scanner called
-directly, with the same values and the same errors as json.loads."""
+"""JSON as the stores load it (codec.decode_json_text; jsonb through store/pg_loading.py):
+the decoder's scanner called directly, with the same values and errors as json.loads."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tickwork.store.pg_loading import JsonbBinaryLoader, decode_json_text, loads_json
+from tickwork.codec import decode_json_text
+from tickwork.store.pg_loading import JsonbBinaryLoader, loads_json
 
 VALUES: list[Any] = [
     [], {}, [1, "two", None, True, 2.5], {"bid": 12345}, {"nested": {"a": [1, {"b": "ü→"}]}}, "text", 0, -1.5e300,

@@ -12,7 +12,6 @@ slow path: the hot path keeps psycopg's own C loaders.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -22,13 +21,13 @@ from psycopg.pq import Format
 from psycopg.rows import RowMaker, dict_row
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 
+from tickwork.codec import decode_json_text
 from tickwork.store.claim_rows import ClaimRow, Layouts
 from tickwork.store.dialect import Row
 
 POSITIONAL = frozenset({"claim_skip_locked", "claim_cas_batch"})
 """The statements whose rows are claims, read by position (store/claim_rows.py)."""
 
-_DECODER = json.JSONDecoder()
 # timestamptz's binary form: microseconds since 2000-01-01 as a signed 64-bit integer,
 # whose two extremes stand for the infinities.
 _BINARY_INFINITIES = {
@@ -38,32 +37,10 @@ _BINARY_INFINITIES = {
 _TEXT_INFINITIES = {b"infinity": "infinity", b"-infinity": "-infinity"}
 
 
-_SCAN = _DECODER.scan_once
-
-
-def decode_json_text(text: str) -> Any:
-    """``json.loads(text)`` for the text PostgreSQL writes (no whitespace around the value):
-    the decoder's scanner called directly, one call instead of four Python frames (a
-    claim decodes two values a row). Anything it does not take whole goes through the
-    decoder itself, which reads or names the problem exactly as json.loads would."""
-    try:
-        value, end = _SCAN(text, 0)
-    except StopIteration:
-        return _DECODER.decode(text)
-    return value if end == len(text) else _DECODER.decode(text)
-
-
 def loads_json(data: bytes | bytearray | memoryview | str) -> Any:
     """jsonb values arrive as UTF-8 bytes: decode them directly (json.loads would first
-    sniff their encoding), with the empty containers most tasks take as a shortcut."""
-    if isinstance(data, str):
-        return decode_json_text(data)
-    raw = bytes(data)
-    if raw == b"[]":
-        return []
-    if raw == b"{}":
-        return {}
-    return decode_json_text(raw.decode())
+    sniff their encoding)."""
+    return decode_json_text(data if isinstance(data, str) else bytes(data).decode())
 
 
 _JSONB_VERSION = 1

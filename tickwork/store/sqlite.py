@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tickwork.clock import utcnow
-from tickwork.codec import dumps
+from tickwork.codec import decode_json_text, dumps
 from tickwork.errors import StoreError
 from tickwork.store import queries
 from tickwork.store.dialect import Election, HotPath, Row, iter_statements
@@ -210,7 +210,7 @@ class SQLiteDialect:
         return dumps(value)
 
     def decode_json(self, value: Any) -> Any:
-        return json.loads(value)
+        return decode_json_text(value) if type(value) is str else json.loads(value)
 
     def encode_names(self, names: Sequence[str]) -> str:
         return json.dumps(list(names))
