@@ -28,6 +28,7 @@ from tickwork.store.hot import RowByRow
 
 BUSY_TIMEOUT_S = 30.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 
 
@@ -199,12 +200,13 @@ class SQLiteDialect:
     def encode_time(self, value: datetime | None) -> int | None:
         if value is None:
             return None
-        return (value - _EPOCH) // timedelta(microseconds=1)
+        return (value - _EPOCH) // _MICROSECOND
 
     def decode_time(self, value: Any) -> datetime | None:
         if value is None:
             return None
-        return _EPOCH + timedelta(microseconds=int(value))
+        # a timedelta times an int: less than half the cost of timedelta(microseconds=...)
+        return _EPOCH + _MICROSECOND * (value if type(value) is int else int(value))
 
     def encode_json(self, value: Any) -> str:
         return dumps(value)
