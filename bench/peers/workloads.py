@@ -5,6 +5,7 @@ deadline passed: then the figures say how many ran)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -34,6 +35,34 @@ def _cpu_s(run: Run) -> float:
     return total
 
 
+def database_cpu_s() -> float | None:
+    """User + system CPU of this machine's PostgreSQL so far: its live processes', plus
+    what the postmaster has collected from the backends that ended (a system whose
+    workers exit when they are done takes its backends with it). None when no PostgreSQL
+    process is visible here (a database on another host)."""
+    total, found = 0.0, False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if (entry / "comm").read_text().strip() not in ("postgres", "postmaster"):
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            own = int(fields[11]) + int(fields[12])
+            reaped = int(fields[13]) + int(fields[14]) if _is_postmaster(fields[1]) else 0
+            total += (own + reaped) / os.sysconf("SC_CLK_TCK")
+            found = True
+    return total if found else None
+
+
+def _is_postmaster(parent: str) -> bool:
+    """Whether a postgres process whose parent is ``parent`` is the postmaster (the one
+    whose parent is not a postgres process)."""
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{parent}/comm").read_text().strip() not in ("postgres", "postmaster")
+    return True
+
+
 def _ran(starts: list[tuple[int, float]]) -> int:
     return len({b for b, _ in starts})
 
@@ -46,19 +75,24 @@ def w1(system: System, folder: Path, n: int) -> dict[str, float]:
     try:
         took, _ = system.enqueue(store.url, [datetime.now(UTC) - timedelta(seconds=1)] * n)
         run = Run(store, folder)
+        database_before = database_cpu_s()
         launched = time.time()
         _launch(run, system)
         starts = run.wait_for(n)
         cpu = _cpu_s(run)
+        database_after = database_cpu_s()
         run.stop()
         times = sorted(t for _, t in starts)
-        return {
+        figures = {
             "ran": _ran(starts),
             "exec_s": _ran(starts) / (times[-1] - launched),
             "steady": (len(times) - 1) / (times[-1] - times[0]),
             "cpu_ms": 1000 * cpu / n,
             "enqueue_s": n / took,
         }
+        if database_before is not None and database_after is not None:
+            figures["db_cpu_ms"] = 1000 * (database_after - database_before) / n
+        return figures
     finally:
         drop(store)
 
