@@ -208,7 +208,7 @@ def test_demo_starts_afresh_on_a_file_of_its_own(tmp_path: Path) -> None:
 
 
 def test_db_upgrade_and_listing_on_postgresql(run, pg_url: str) -> None:  # type: ignore[no-untyped-def]
-    assert "schema at version 14" in run("--db", pg_url, "db", "upgrade")
+    assert "schema at version 15" in run("--db", pg_url, "db", "upgrade")
     run("--db", pg_url, "schedule", APP, "test.record", "--delay", "3600")
     assert "test.record" in run("--db", pg_url, "tasks", "list")
 

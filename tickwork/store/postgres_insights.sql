@@ -53,9 +53,7 @@ SELECT t.id, t.name, t.lease_owner, t.attempt,
 FROM tickwork_tasks t
 -- a run claimed by a node of an earlier version (a rolling upgrade) has its row: the
 -- task's newest
-LEFT JOIN LATERAL (
-    SELECT e.fence, e.status, e.started_at FROM tickwork_executions e WHERE e.task_id = t.id ORDER BY e.id DESC LIMIT 1
-) AS l ON true
+LEFT JOIN LATERAL ({{newest_row_probe}}) AS l ON l.task_id = t.id
 WHERE t.status = 'RUNNING'
 ORDER BY t.lease_owner, t.id
 LIMIT :limit;
