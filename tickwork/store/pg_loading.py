@@ -43,8 +43,8 @@ def loads_json(data: bytes | bytearray | memoryview | str) -> Any:
     return decode_json_text(data if isinstance(data, str) else bytes(data).decode())
 
 
-_JSONB_VERSION = 1
-_EMPTY_JSONB = {b"\x01[]": list, b"\x01{}": dict}
+_JSONB_VERSION = b"\x01"
+_EMPTY_JSONB = {_JSONB_VERSION + b"[]": list, _JSONB_VERSION + b"{}": dict}
 
 
 class JsonbBinaryLoader(Loader):
@@ -58,7 +58,7 @@ class JsonbBinaryLoader(Loader):
         empty = _EMPTY_JSONB.get(raw)
         if empty is not None:
             return empty()
-        if raw[:1] != bytes((_JSONB_VERSION,)):
+        if raw[:1] != _JSONB_VERSION:
             raise psycopg.DataError(f"unknown jsonb binary format: {raw[:1]!r}")
         return decode_json_text(raw[1:].decode())
 
