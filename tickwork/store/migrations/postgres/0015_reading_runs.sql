@@ -18,3 +18,10 @@ WHERE t.status = 'RUNNING' AND t.run_id IS NOT NULL
                                  WHERE (e.task_id, e.id) <= (t.id, 9223372036854775807)
                                  ORDER BY e.task_id DESC, e.id DESC LIMIT 1) AS latest
                   WHERE latest.task_id = t.id AND latest.fence = t.version AND latest.status = 'RUNNING');
+
+-- The log's unsuccessful runs by status, newest first: what the dashboard's overview and
+-- app.executions(status=...) ask for. Without it, asking for the last 5 FAILED runs
+-- read the whole log when it held fewer (48 ms on 1,000,000 rows; SQLite has had an
+-- index by status from the start). Partial: a COMPLETED run, nearly every row, writes
+-- nothing to it.
+CREATE INDEX tickwork_executions_unsuccessful ON tickwork_executions (status, id) WHERE status <> 'COMPLETED';
