@@ -176,6 +176,7 @@ def test_the_upgrade_moves_a_run_going_on_to_its_task_row(own_database: str) -> 
                 "FROM tickwork_tasks WHERE status = 'RUNNING'"
             )
             conn.execute("DROP VIEW tickwork_runs")
+            conn.execute("DROP INDEX tickwork_executions_unsuccessful")  # migration 0015's
             for column in ("run_id", "run_attempt", "run_started_at", "run_scheduled_for", "run_note"):
                 conn.execute(f"ALTER TABLE tickwork_tasks DROP COLUMN {column}")
             conn.execute("DELETE FROM tickwork_schema WHERE version >= 14")
