@@ -417,7 +417,7 @@ def test_outcomes_and_renewals_find_tasks_by_id_in_a_small_table_never_analyzed(
 
 
 def test_running_runs_are_read_from_their_tasks_when_one_task_owns_the_log(store: Store, store_url: str) -> None:
-    """A log of 20,000 rows, all of one recurring task, and 20 runs going on whose rows
+    """A log of 20,000 rows, all of one task, and 20 runs going on whose rows
     are not written yet (PostgreSQL writes a run's row at its end). Every reader of
     running runs tests each running task's newest row (a run claimed by a node of an
     earlier version has one): that must be one row read per task, not a walk of the
