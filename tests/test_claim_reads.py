@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from tickwork.model import Kind, Status
-from tickwork.store import NewTask, Store
+from tickwork.model import Claim, ExecutionStatus, Kind, Status
+from tickwork.schedules import outcome_of
+from tickwork.store import NewTask, Store, encoding
 from tickwork.store.limits import SCAN
 from tickwork.store.runs import queue_params
 
@@ -53,6 +54,12 @@ def copy_task(url: str, task_id: int, times: int) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.encode())
             conn.execute("ANALYZE tickwork_tasks")
+
+
+def outcome_batch(store: Store, running: list[Claim]) -> str:
+    """``write_outcomes_batch``'s batch: every run COMPLETED now."""
+    rows = [encoding.outcome_json(outcome_of(c, ExecutionStatus.COMPLETED, store.now())) for c in running]
+    return "[" + ",".join(row for row in rows if row is not None) + "]"
 
 
 def params(store: Store, queues: list[str] | None = None) -> dict[str, Any]:
@@ -222,9 +229,6 @@ def test_the_hot_paths_generic_plans_read_only_their_own_rows(store: Store, stor
     does not need, however the planner guesses the sizes of its arrays and LIMITs."""
     if store_url.startswith("sqlite"):
         pytest.skip("SQLite plans each statement with its values")
-    from tickwork.model import ExecutionStatus
-    from tickwork.schedules import outcome_of
-    from tickwork.store import encoding
 
     store.insert_tasks([new(store, -5) for _ in range(40)])
     [other] = store.insert_tasks([new(store, -60, queue="reports")])
@@ -242,9 +246,7 @@ def test_the_hot_paths_generic_plans_read_only_their_own_rows(store: Store, stor
         "versions": [t.version for t in waiting],
         "fences": [c.fence for c in running],
         "expired_only": False,
-        "batch": d.encode_json(
-            [encoding.outcome_object(outcome_of(c, ExecutionStatus.COMPLETED, store.now())) for c in running]
-        ),
+        "batch": outcome_batch(store, running),
     }
     renewing = {**values, "ids": [c.task.id for c in running]}
     found = {q: _pg_reads(store_url, d.texts[q], renewing if q == "renew_batch" else values, True) for q in HOT_PATH}
@@ -359,9 +361,6 @@ def test_a_big_batch_of_outcomes_or_renewals_reads_each_task_once(store: Store, 
     batch, which made the outcome write of W1 cost twice what it does now)."""
     if store_url.startswith("sqlite"):
         pytest.skip("SQLite plans each statement with its values")
-    from tickwork.model import ExecutionStatus
-    from tickwork.schedules import outcome_of
-    from tickwork.store import encoding
 
     size = 200
     store.insert_tasks([new(store, -5) for _ in range(size)])
@@ -375,9 +374,7 @@ def test_a_big_batch_of_outcomes_or_renewals_reads_each_task_once(store: Store, 
         "ids": [c.task.id for c in running],
         "fences": [c.fence for c in running],
         "expired_only": False,
-        "batch": d.encode_json(
-            [encoding.outcome_object(outcome_of(c, ExecutionStatus.COMPLETED, store.now())) for c in running]
-        ),
+        "batch": outcome_batch(store, running),
     }
     batches = ("write_outcomes_batch", "renew_batch")
     found = {q: _pg_reads(store_url, d.texts[q], values, True, joins=True) for q in batches}
@@ -392,9 +389,6 @@ def test_outcomes_and_renewals_find_tasks_by_id_in_a_small_table_never_analyzed(
     outcome."""
     if store_url.startswith("sqlite"):
         pytest.skip("SQLite plans each statement with its values")
-    from tickwork.model import ExecutionStatus
-    from tickwork.schedules import outcome_of
-    from tickwork.store import encoding
 
     size, table = 200, 2_000
     store.insert_tasks([new(store, -5) for _ in range(size)])
@@ -402,11 +396,10 @@ def test_outcomes_and_renewals_find_tasks_by_id_in_a_small_table_never_analyzed(
     running = store.claim("reads", [NAME], size, 30.0, queues=["default"])
     assert len(running) == size
     d = store.dialect  # type: ignore[attr-defined]
-    outcomes = [encoding.outcome_object(outcome_of(c, ExecutionStatus.COMPLETED, store.now())) for c in running]
     values = {
         **params(store),
         "expired_only": False,
-        "batch": d.encode_json(outcomes),
+        "batch": outcome_batch(store, running),
         "ids": [c.task.id for c in running],
         "fences": [c.fence for c in running],
     }
@@ -425,8 +418,6 @@ def test_running_runs_are_read_from_their_tasks_when_one_task_owns_the_log(store
     if store_url.startswith("sqlite"):
         pytest.skip("SQLite writes a run's row at its claim: no test of a task's newest row")
     import psycopg
-
-    from tickwork.model import ExecutionStatus
 
     [owner] = store.insert_tasks([new(store, 3600)])
     store.insert_tasks([new(store, -5) for _ in range(20)])
@@ -466,8 +457,6 @@ def test_unsuccessful_runs_are_found_by_status_without_reading_the_log(store: St
     if store_url.startswith("sqlite"):
         pytest.skip("SQLite has its index by status from its first migration")
     import psycopg
-
-    from tickwork.model import ExecutionStatus
 
     [task] = store.insert_tasks([new(store, 3600)])
     with psycopg.connect(store_url, autocommit=True) as conn:

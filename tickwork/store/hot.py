@@ -48,10 +48,23 @@ class SetBased:
         ]
 
     def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
-        batch = "[" + ",".join([encoding.outcome_json(o) for o in outcomes]) + "]"
-        params = {"node": node, "expired_only": expired_only, "batch": batch}
-        rows = s.fetch_all("write_outcomes_batch", params)
-        written = {(int(r["id"]), int(r["fence"]), int(r["execution_id"])) for r in rows}
+        """The batch in one statement; an outcome with a time its times as whole
+        microseconds cannot carry exactly (before 1684 or after 2255, encoding.py) goes
+        in a second one, with its times as text."""
+        rows, far = [], []
+        for o in outcomes:
+            row = encoding.outcome_json(o)
+            if row is not None:
+                rows.append(row)
+            else:
+                far.append(encoding.outcome_text_json(o))
+        written: set[tuple[int, int, int]] = set()
+        for query, batch in (("write_outcomes_batch", rows), ("write_outcomes_text", far)):
+            if batch:
+                params = {"node": node, "expired_only": expired_only, "batch": "[" + ",".join(batch) + "]"}
+                written.update(
+                    (int(r["id"]), int(r["fence"]), int(r["execution_id"])) for r in s.fetch_all(query, params)
+                )
         return [(o.task_id, o.fence, o.execution_id) in written for o in outcomes]
 
 

@@ -121,36 +121,37 @@ RETURNING id, cancel_requested, cancel_run_only;
 -- instead when the task's ends as they are now allow it (until_at, max_runs: an edit may
 -- have moved them). Any other end of the task spends the replan. A run of the same slot
 -- again (a lost or interrupted run: NOT o.counts, attempt back to where it was) keeps it
--- for when that slot has run.
+-- for when that slot has run. (An end that is NULL allows any slot: COALESCE(..., TRUE);
+-- written so, the fragment keeps postgres.sql's statement within psycopg's query cache.)
     status = CASE WHEN t.cancel_requested AND NOT t.cancel_run_only
                            AND (o.task_status <> 'COMPLETED' OR (t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
-                                                         AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                                                         AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
+                                                         AND COALESCE(t.replan_at <= t.until_at, TRUE)
+                                                         AND COALESCE(t.run_count + 1 < t.max_runs, TRUE)))
                       THEN 'CANCELLED'
                       WHEN o.task_status = 'COMPLETED' AND t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
-                           AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                           AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)
+                           AND COALESCE(t.replan_at <= t.until_at, TRUE)
+                           AND COALESCE(t.run_count + 1 < t.max_runs, TRUE)
                       THEN 'PENDING'
                       ELSE o.task_status END,
         cancel_requested = t.cancel_requested AND NOT t.cancel_run_only
                            AND (o.task_status <> 'COMPLETED' OR (t.kind = 'RECURRING' AND t.replan_at IS NOT NULL
-                                                         AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                                                         AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs))),
+                                                         AND COALESCE(t.replan_at <= t.until_at, TRUE)
+                                                         AND COALESCE(t.run_count + 1 < t.max_runs, TRUE))),
         cancel_run_only = FALSE,
         scheduled_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
                                  AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
-                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
+                                      AND COALESCE(t.replan_at <= t.until_at, TRUE)
+                                      AND COALESCE(t.run_count + 1 < t.max_runs, TRUE)))
                             THEN t.replan_at ELSE o.scheduled_at END,
         next_run_at = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
                                 AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
-                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
+                                      AND COALESCE(t.replan_at <= t.until_at, TRUE)
+                                      AND COALESCE(t.run_count + 1 < t.max_runs, TRUE)))
                            THEN t.replan_run_at ELSE o.next_run_at END,
         triggered = CASE WHEN t.replan_at IS NOT NULL AND o.attempt = 0 AND o.counts
                               AND (o.task_status = 'PENDING' OR (o.task_status = 'COMPLETED' AND t.kind = 'RECURRING'
-                                      AND (t.until_at IS NULL OR t.replan_at <= t.until_at)
-                                      AND (t.max_runs IS NULL OR t.run_count + 1 < t.max_runs)))
+                                      AND COALESCE(t.replan_at <= t.until_at, TRUE)
+                                      AND COALESCE(t.run_count + 1 < t.max_runs, TRUE)))
                          THEN FALSE ELSE o.triggered END,
         replan_at = CASE WHEN o.task_status = 'PENDING' AND (o.attempt <> 0 OR NOT o.counts)
                               AND NOT (t.cancel_requested AND NOT t.cancel_run_only)
