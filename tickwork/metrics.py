@@ -10,14 +10,20 @@ registered functions.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, generate_latest
+from prometheus_client import metrics as prometheus_metrics
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:
     from tickwork.store.base import Store
@@ -46,23 +52,103 @@ PRUNED = Counter(
 )
 for _kind in ("executions", "tasks"):
     PRUNED.labels(kind=_kind)
-RUNS = Counter(
-    "tickwork_task_runs",
-    "Runs recorded by this node, by task name, execution status and queue.",
-    ["task", "status", "queue"],
+RUNS_HELP = "Runs recorded by this node, by task name, execution status and queue."
+DURATION_HELP = "How long runs took on this node, from start to end."
+DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+LATENESS_HELP = (
+    "How late runs started on this node after they came due (after jitter and retry backoff): queueing delay."
 )
-DURATION = Histogram(
-    "tickwork_task_duration_seconds",
-    "How long runs took on this node, from start to end.",
-    ["task"],
-    buckets=(0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600),
-)
-LATENESS = Histogram(
-    "tickwork_task_lateness_seconds",
-    "How late runs started on this node after they came due (after jitter and retry backoff): queueing delay.",
-    ["task"],
-    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
-)
+LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class _Buckets:
+    """One label set of a histogram: its observations per bucket (not yet cumulative),
+    their sum, and when it was made."""
+
+    __slots__ = ("counts", "created", "sum")
+
+    def __init__(self, size: int) -> None:
+        self.counts = [0.0] * size
+        self.sum = 0.0
+        self.created = time.time()
+
+
+class RunSeries(Collector):
+    """The per-run series (runs, durations, lateness): a counter and two histograms with
+    the names, labels, buckets and samples prometheus-client's own would have, kept as
+    plain numbers under one lock. Its Counter and Histogram take a lock per number they
+    change (five a run) and check their arguments each time: a sixteenth of a W1 node's
+    CPU. Every node of the process records into the one ``RUN_SERIES``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str, str, str], list[float]] = {}  # [count, created]
+        self._durations: dict[str, _Buckets] = {}
+        self._lateness: dict[str, _Buckets] = {}
+        self._duration_bounds = (*map(float, DURATION_BUCKETS), math.inf)
+        self._lateness_bounds = (*map(float, LATENESS_BUCKETS), math.inf)
+
+    def run_ended(self, task: str, status: str, queue: str, seconds: float | None) -> None:
+        with self._lock:
+            run = self._runs.get((task, status, queue))
+            if run is None:
+                run = self._runs[(task, status, queue)] = [0.0, time.time()]
+            run[0] += 1.0
+            if seconds is not None:
+                self._observe(self._durations, self._duration_bounds, task, seconds)
+
+    def run_started(self, task: str, late_by: float) -> None:
+        with self._lock:
+            self._observe(self._lateness, self._lateness_bounds, task, late_by)
+
+    @staticmethod
+    def _observe(series: dict[str, _Buckets], bounds: tuple[float, ...], task: str, value: float) -> None:
+        """Under the lock. A value goes in the first bucket whose bound it does not exceed
+        (``le``), as prometheus-client's ``observe``."""
+        buckets = series.get(task)
+        if buckets is None:
+            buckets = series[task] = _Buckets(len(bounds))
+        buckets.counts[bisect.bisect_left(bounds, value)] += 1.0
+        buckets.sum += value
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("tickwork_task_runs", RUNS_HELP, labels=["task", "status", "queue"])
+        yield HistogramMetricFamily("tickwork_task_duration_seconds", DURATION_HELP, labels=["task"])
+        yield HistogramMetricFamily("tickwork_task_lateness_seconds", LATENESS_HELP, labels=["task"])
+
+    def collect(self) -> Iterator[Metric]:
+        created = getattr(prometheus_metrics, "_use_created", True)  # PROMETHEUS_DISABLE_CREATED_SERIES
+        with self._lock:
+            runs = [(labels, count, made) for labels, (count, made) in self._runs.items()]
+            durations = [(task, list(b.counts), b.sum, b.created) for task, b in self._durations.items()]
+            lateness = [(task, list(b.counts), b.sum, b.created) for task, b in self._lateness.items()]
+        counter = CounterMetricFamily("tickwork_task_runs", RUNS_HELP, labels=["task", "status", "queue"])
+        for labels, count, made in runs:
+            counter.add_metric(labels, count, created=made if created else None)
+        yield counter
+        yield _histogram("tickwork_task_duration_seconds", DURATION_HELP, self._duration_bounds, durations, created)
+        yield _histogram("tickwork_task_lateness_seconds", LATENESS_HELP, self._lateness_bounds, lateness, created)
+
+
+def _histogram(
+    name: str,
+    help_text: str,
+    bounds: tuple[float, ...],
+    series: list[tuple[str, list[float], float, float]],
+    created: bool,
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, help_text, labels=["task"])
+    for task, counts, total, made in series:
+        cumulative = list(itertools.accumulate(counts))
+        les = [floatToGoString(b) for b in bounds]  # type: ignore[no-untyped-call]  # how prometheus-client writes them
+        family.add_metric([task], list(zip(les, cumulative, strict=True)), total)
+        if created:
+            family.add_sample(f"{name}_created", {"task": task}, made)
+    return family
+
+
+RUN_SERIES = RunSeries()
+REGISTRY.register(RUN_SERIES)
 
 
 RUNNING = Gauge("tickwork_running", "Runs this node holds now (running, or claimed and waiting for a slot).")
@@ -71,31 +157,13 @@ SLOTS = Gauge("tickwork_slots", "Run slots of this node (its concurrency; it mov
 
 class PrometheusStats:
     """A node's ``NodeStats`` (tickwork/node/stats.py) as Prometheus series in the default
-    registry. Each label set's child is looked up once: ``labels()`` takes a lock and
-    checks its arguments on every call, which a node running thousands of short runs a
-    second would pay on each."""
-
-    def __init__(self) -> None:
-        self._runs: dict[tuple[str, str, str], Any] = {}
-        self._durations: dict[str, Any] = {}
-        self._lateness: dict[str, Any] = {}
+    registry: the per-run ones in ``RUN_SERIES``, the rare ones through prometheus-client."""
 
     def run_ended(self, task: str, status: str, seconds: float | None, queue: str = "default") -> None:
-        counter = self._runs.get((task, status, queue))
-        if counter is None:
-            counter = self._runs[(task, status, queue)] = RUNS.labels(task=task, status=status, queue=queue)
-        counter.inc()
-        if seconds is not None:
-            histogram = self._durations.get(task)
-            if histogram is None:
-                histogram = self._durations[task] = DURATION.labels(task=task)
-            histogram.observe(seconds)
+        RUN_SERIES.run_ended(task, status, queue, seconds)
 
     def run_started(self, task: str, late_by: float) -> None:
-        histogram = self._lateness.get(task)
-        if histogram is None:
-            histogram = self._lateness[task] = LATENESS.labels(task=task)
-        histogram.observe(late_by)
+        RUN_SERIES.run_started(task, late_by)
 
     def stale_write(self, write: str) -> None:
         STALE_RESULTS.labels(write=write).inc()
