@@ -761,3 +761,27 @@ def test_next_slot_rejects_non_recurring_task() -> None:
     task = make_task(kind=Kind.ONE_TIME, interval=None, cron=None)
     with pytest.raises(ValueError, match="not recurring"):
         next_slot(task, NOW)
+
+
+def test_outcome_with_puts_each_value_in_its_own_field() -> None:
+    """outcome_with builds the Outcome by position: every field gets a value of its own
+    here, so a field order that no longer matches shows."""
+    from tickwork.model import Claim, ErrorInfo, Outcome
+    from tickwork.schedules import Settlement, outcome_with
+
+    t0 = datetime(2026, 12, 5, tzinfo=UTC)
+    task = make_task(id=11, version=12)
+    then = Settlement(Status.PENDING, t0 + timedelta(seconds=1), t0 + timedelta(seconds=2), 13, True)
+    error = ErrorInfo("E", "m", "tb")
+    named: dict[str, Any] = {
+        "error": error, "started_at": t0 + timedelta(seconds=3), "skipped": 14,
+        "skipped_last": t0 + timedelta(seconds=4), "decision": "decided", "result": {"r": 1}, "note": "noted",
+        "counts": False, "lost_runs": 15,
+    }  # fmt: skip
+    made = outcome_with(Claim(task, 16, t0), ExecutionStatus.FAILED, then, t0 + timedelta(seconds=5), **named)
+    assert made == Outcome(
+        task_id=11, fence=12, execution_id=16, status=ExecutionStatus.FAILED, task_status=Status.PENDING,
+        scheduled_at=t0 + timedelta(seconds=1), next_run_at=t0 + timedelta(seconds=2), attempt=13, triggered=True,
+        finished_at=t0 + timedelta(seconds=5), **named,
+    )  # fmt: skip
+    assert type(made) is Outcome

@@ -94,7 +94,7 @@ def jitter_offset(task_id: int, slot: datetime, jitter: float) -> timedelta:
     return timedelta(microseconds=int.from_bytes(digest, "big") * span >> 64)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Settlement:
     """The task's new state after one of its runs ended (written fenced by the store)."""
 
@@ -103,6 +103,9 @@ class Settlement:
     next_run_at: datetime
     attempt: int
     triggered: bool
+
+
+_settlement = frozen.constructor(Settlement)  # ``Settlement(...)`` at a fraction of its cost: one per run
 
 
 _T = TypeVar("_T")
@@ -168,26 +171,26 @@ def settle(
         slot = next_slot(task, now)
         if past_until(task, slot) or runs_used_up(task, task.run_count + 1):
             return _ended(task, slot)
-        return Settlement(Status.PENDING, slot, slot + jitter_offset(task.id, slot, task.jitter), 0, False)
+        return _settlement(Status.PENDING, slot, slot + jitter_offset(task.id, slot, task.jitter), 0, False)
     if cancels_task or outcome is ExecutionStatus.CANCELLED:
-        return Settlement(Status.CANCELLED, task.scheduled_at, task.next_run_at, task.attempt, task.triggered)
+        return _settlement(Status.CANCELLED, task.scheduled_at, task.next_run_at, task.attempt, task.triggered)
     if interrupted:
-        return Settlement(Status.PENDING, task.scheduled_at, now, task.attempt - 1, task.triggered)
+        return _settlement(Status.PENDING, task.scheduled_at, now, task.attempt - 1, task.triggered)
     failed = outcome in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT)
     if task.kind is Kind.RECURRING and runs_used_up(task, task.run_count + 1):
         return _ended(task, task.scheduled_at if task.triggered else next_slot(task, now))
     if failed and task.attempt <= task.max_retries:
         delay = timedelta(seconds=retry_delay(task.attempt, task.retry_backoff))
-        return Settlement(Status.PENDING, task.scheduled_at, now + delay, task.attempt, task.triggered)
+        return _settlement(Status.PENDING, task.scheduled_at, now + delay, task.attempt, task.triggered)
     if task.kind is Kind.ONE_TIME:
         final = Status.FAILED if failed else Status.COMPLETED
-        return Settlement(final, task.scheduled_at, task.next_run_at, task.attempt, False)
+        return _settlement(final, task.scheduled_at, task.next_run_at, task.attempt, False)
     # A manual (triggered) run does not consume the nominal slot it was run ahead of.
     slot = task.scheduled_at if task.triggered else next_slot(task, now)
     if past_until(task, slot):
         return _ended(task, slot)
     next_run = slot + jitter_offset(task.id, slot, task.jitter)
-    return Settlement(Status.PENDING, slot, next_run, 0, False)
+    return _settlement(Status.PENDING, slot, next_run, 0, False)
 
 
 def _ended(task: Task, slot: datetime) -> Settlement:
@@ -195,7 +198,7 @@ def _ended(task: Task, slot: datetime) -> Settlement:
     taken next. An edit of its ends made while this run went on (``replan_at``) makes
     the store write it PENDING at that slot instead (``edited_decision``): the new ends
     are then judged when it is next claimed."""
-    return Settlement(Status.COMPLETED, slot, slot + jitter_offset(task.id, slot, task.jitter), 0, False)
+    return _settlement(Status.COMPLETED, slot, slot + jitter_offset(task.id, slot, task.jitter), 0, False)
 
 
 def edited_decision(decided: Status, row: Task) -> Status:
@@ -237,29 +240,28 @@ def outcome_of(
 ) -> Outcome:
     """The fenced write that records a run that ended at ``now`` and applies ``settle``'s decision."""
     s = settle(claim.task, status, now, interrupted=interrupted, replaced=replaced)
-    details = {"error": error, "result": result, "note": note, "started_at": started_at, "counts": not interrupted}
-    return outcome_with(claim, status, s, now, **details)
+    counts = not interrupted
+    return outcome_with(
+        claim, status, s, now, error=error, result=result, note=note, started_at=started_at, counts=counts
+    )
 
 
 _new_outcome = frozen.constructor(Outcome)
 """``Outcome(...)`` at a fraction of its cost (tickwork/frozen.py): one per run."""
 
 
-def outcome_with(claim: Claim, status: ExecutionStatus, then: Settlement, now: datetime, **details: Any) -> Outcome:
-    """The one shape of every fenced write about an ended (or skipped) run."""
+def outcome_with(
+    claim: Claim, status: ExecutionStatus, then: Settlement, now: datetime, *, error: ErrorInfo | None = None,
+    started_at: datetime | None = None, skipped: int | None = None, skipped_last: datetime | None = None,
+    decision: str | None = None, result: Any = None, note: str | None = None, counts: bool = True, lost_runs: int = 0,
+) -> Outcome:  # fmt: skip
+    """The one shape of every fenced write about an ended (or skipped) run. Made by
+    position, in Outcome's field order (by name costs twice as much; tests/test_schedules.py)."""
+    c, t = claim, then
     return _new_outcome(
-        task_id=claim.task.id,
-        fence=claim.fence,
-        execution_id=claim.execution_id,
-        status=status,
-        task_status=then.status,
-        scheduled_at=then.scheduled_at,
-        next_run_at=then.next_run_at,
-        attempt=then.attempt,
-        triggered=then.triggered,
-        finished_at=now,
-        **details,
-    )
+        c.task.id, c.fence, c.execution_id, status, t.status, t.scheduled_at, t.next_run_at, t.attempt, t.triggered,
+        now, error, started_at, skipped, skipped_last, decision, result, note, counts, lost_runs,
+    )  # fmt: skip
 
 
 def next_slot(task: Task, now: datetime) -> datetime:
@@ -277,7 +279,7 @@ COUNT_LIMIT = 1_000_000
 """Missed cron slots are counted one by one up to this many (a year of a per-minute cron)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Decision:
     """What to do with a claimed slot that may have been missed."""
 
@@ -289,6 +291,9 @@ class Decision:
     skipped_first: datetime | None = None
     skipped_last: datetime | None = None
     text: str | None = None
+
+
+_decision = frozen.constructor(Decision)  # one per run, as _settlement (tickwork/frozen.py)
 
 
 def decide(task: Task, now: datetime) -> Decision:
@@ -308,17 +313,17 @@ def decide(task: Task, now: datetime) -> Decision:
     horizon = now - timedelta(seconds=task.misfire_grace + task.jitter)
     if not task.triggered and task.attempt <= 1:
         if task.until is not None and slot > task.until:
-            return Decision(False, slot, 0, text=f"the schedule ended at {task.until.isoformat()}")
+            return _decision(False, slot, 0, text=f"the schedule ended at {task.until.isoformat()}")
         if runs_used_up(task, task.run_count):
-            return Decision(False, slot, 0, text=f"the schedule ended after max_runs={task.max_runs} runs")
+            return _decision(False, slot, 0, text=f"the schedule ended after max_runs={task.max_runs} runs")
     if task.triggered or task.attempt > 1 or slot >= horizon:
-        return Decision(True, slot)
+        return _decision(True, slot)
     if task.until is not None:
         horizon = min(horizon, task.until + timedelta(microseconds=1))  # no missed slot after the end
     if task.kind is Kind.ONE_TIME:
         if task.misfire is Misfire.SKIP:
-            return Decision(False, slot, 1, slot, slot, f"missed by more than {task.misfire_grace:g} s: skipped")
-        return Decision(True, slot)
+            return _decision(False, slot, 1, slot, slot, f"missed by more than {task.misfire_grace:g} s: skipped")
+        return _decision(True, slot)
     schedule = schedule_of(task)
     assert schedule is not None
     last = schedule.latest_until(slot, horizon - timedelta(microseconds=1))  # the newest missed slot
@@ -327,17 +332,17 @@ def decide(task: Task, now: datetime) -> Decision:
         return _skipping(count, slot, last, schedule.next_after(last), "SKIP")
     if task.misfire is Misfire.SINGLE_CATCHUP:
         if last == slot:
-            return Decision(True, slot)
+            return _decision(True, slot)
         before = schedule.latest_until(slot, last - timedelta(microseconds=1))
         return _skipping(_count(schedule, slot, before), slot, before, last, "SINGLE_CATCHUP runs the latest")
     # CATCHUP: keep the newest max_catchup missed slots, found by stepping back from the last.
     kept = last
     for _ in range(task.max_catchup - 1):
         if kept == slot:
-            return Decision(True, slot)  # no more missed slots than the cap
+            return _decision(True, slot)  # no more missed slots than the cap
         kept = schedule.latest_until(slot, kept - timedelta(microseconds=1))
     if kept == slot:
-        return Decision(True, slot)
+        return _decision(True, slot)
     before = schedule.latest_until(slot, kept - timedelta(microseconds=1))
     policy = f"CATCHUP capped at {task.max_catchup}"
     return _skipping(_count(schedule, slot, before), slot, before, kept, policy)

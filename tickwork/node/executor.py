@@ -28,6 +28,10 @@ from tickwork.registry import Isolation
 log = logging.getLogger("tickwork.executor")
 
 
+_COMPLETED = RunResult(ExecutionStatus.COMPLETED)
+"""What most runs come to: one frozen value for all of them."""
+
+
 class TaskBaseException(Exception):
     """A task's own ``SystemExit``, ``KeyboardInterrupt`` or other ``BaseException``,
     carried out of its coroutine as an ordinary error: asyncio lets those two stop the
@@ -129,7 +133,7 @@ class Executor:
 
     def _completed(self, value: Any) -> RunResult:
         if value is None:
-            return RunResult(ExecutionStatus.COMPLETED)
+            return _COMPLETED
         problem = json_problem(value)
         if problem is not None:
             return RunResult(ExecutionStatus.COMPLETED, note=f"result not stored: {problem}")
