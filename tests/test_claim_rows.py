@@ -139,3 +139,22 @@ def test_claims_on_postgres_are_the_rows_as_read_back_by_name(pg_url: str, strat
         assert layouts.seen() and all(layout.agrees for layout in layouts.seen())
     finally:
         store.close()
+
+
+def test_a_postgresql_claim_returns_the_task_columns_in_order_and_its_run() -> None:
+    """claim_skip_locked and claim_cas_batch return ``claimed_task`` (postgres.sql): a
+    column missing there would leave every claimed row to the slow path, which would then
+    refuse it."""
+    import re
+
+    from tickwork.store import queries
+    from tickwork.store.postgres import PostgresDialect
+
+    texts = queries.load(*PostgresDialect.QUERY_FILES)
+    listed = [c.strip() for c in texts["claimed_task"].split(",")]
+    assert listed == [f"t.{c}" for c in TASK_COLUMNS] + [
+        "t.run_id AS execution_id",
+        "t.run_scheduled_for AS execution_scheduled_for",
+    ]
+    for name in ("claim_skip_locked", "claim_cas_batch"):
+        assert re.search(r"RETURNING\s+t\.id, t\.name, t\.args", texts[name]), name

@@ -216,22 +216,24 @@ class Runner:
     def written(self, results: list[tuple[Run, Outcome, bool | None]]) -> None:
         """On the recorder's thread: the results are in the store. Free the runs' slots,
         let the poll loop claim, and tell the hooks and the webhook what was recorded."""
-        runs = [run for run, _, _ in results]
-        for run in runs:
+        runs = []
+        for run, _, _ in results:
             run.advance(RunState.DONE)
+            runs.append(run)
         self.forget(runs)
         again = [o.next_run_at for _, o, applied in results if applied and o.task_status is Status.PENDING]
         if again:
             self.on_due_again(again)
-        events = self.events
+        events, stats = self.events, self.stats
         for run, outcome, applied in results:
             if applied:  # a stale write (False) and one never written (None): the recorder told
-                log_ended(run.claim, outcome)
+                claim = run.claim
+                log_ended(claim, outcome)
                 started = run.started_at
                 took = None if started is None else max(0.0, (outcome.finished_at - started).total_seconds())
-                self.stats.run_ended(run.claim.task.name, outcome.status.value, took, run.claim.task.queue)
+                stats.run_ended(claim.task.name, outcome.status.value, took, claim.task.queue)
                 if events.wanted:  # no payloads built for nobody
-                    for event, payload in for_outcome(run.claim, outcome, self.node_id):
+                    for event, payload in for_outcome(claim, outcome, self.node_id):
                         events.emit(event, payload)
 
     def forget(self, runs: list[Run]) -> None:

@@ -109,10 +109,11 @@ def outcome_text_json(o: Outcome) -> str:
 def _common_fields(o: Outcome) -> str:
     """The start of an outcome's JSON object: the fields every outcome has but its times,
     numbers and fixed words with nothing to escape, written straight into the text (a
-    fifth of a W1 node's CPU went to making a dict of them and encoding it)."""
+    fifth of a W1 node's CPU went to making a dict of them and encoding it). A status is
+    a StrEnum: formatted, it is its value (faster than reading ``.value``)."""
     return (
         f'{{"task_id":{o.task_id},"fence":{o.fence},"execution_id":{o.execution_id},'
-        f'"status":"{o.status.value}","task_status":"{o.task_status.value}","attempt":{o.attempt},'
+        f'"status":"{o.status}","task_status":"{o.task_status}","attempt":{o.attempt},'
         f'"triggered":{_JSON_BOOLS[o.triggered]},"counts":{_JSON_BOOLS[o.counts]},"lost_runs":{o.lost_runs}'
     )
 

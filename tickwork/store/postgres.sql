@@ -106,6 +106,19 @@ SELECT c.* FROM served_queues q CROSS JOIN LATERAL (
 ORDER BY c.next_run_at, c.id
 LIMIT :limit;
 
+-- name: claimed_task
+-- (A fragment: the RETURNING list of claim_skip_locked and claim_cas_batch, over the
+-- updated task t.) What a claim's Task is made of (rows.TASK_COLUMNS, in that order:
+-- tests/test_claim_rows.py) and its run's log row; not the run_* columns that carry it,
+-- which a claimed row would otherwise load twice (a fifth of a row's load time).
+t.id, t.name, t.args, t.kwargs, t.key, t.kind, t.cron, t.timezone, t.interval_seconds, t.scheduled_at,
+    t.next_run_at, t.status, t.misfire, t.misfire_grace, t.jitter, t.timeout, t.max_retries, t.retry_backoff,
+    t.priority, t.version, t.lease_owner, t.lease_expires_at, t.cancel_requested, t.triggered, t.attempt,
+    t.run_count, t.last_status, t.created_at, t.updated_at, t.max_catchup, t.overlap, t.last_decision,
+    t.parent_id, t.on_lost, t.cancel_run_only, t.max_runtime, t.until_at, t.max_runs, t.origin, t.declared_at,
+    t.removed_at, t.revision, t.replan_at, t.replan_run_at, t.queue, t.lock, t.max_running, t.rate_limit,
+    t.max_lost, t.lost_runs, t.run_id AS execution_id, t.run_scheduled_for AS execution_scheduled_for
+
 -- name: claim_skip_locked
 -- One short transaction: lock due rows others have not locked, claim them, log the
 -- runs. Row locks end with the transaction, never held while a task runs. Each run's
@@ -150,7 +163,7 @@ picked AS (
     -- by primary key, as an array: joined to picked, a generic plan (the hot path's, its
     -- LIMIT unknown) would hash the whole table
     WHERE t.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING t.*, t.run_id AS execution_id, t.run_scheduled_for AS execution_scheduled_for
+    RETURNING {{claimed_task}}
 )
 SELECT claimed.*, lane_due.due AS lane_due FROM lane_due LEFT JOIN claimed ON true;
 
@@ -184,7 +197,7 @@ WITH candidate AS (
         updated_at = :now, {{run_on_task}}
     FROM locked
     WHERE t.id = locked.id
-    RETURNING t.*, t.run_id AS execution_id, t.run_scheduled_for AS execution_scheduled_for
+    RETURNING {{claimed_task}}
 )
 SELECT * FROM claimed;
 
