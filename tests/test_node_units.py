@@ -169,18 +169,18 @@ def test_cancel_reasons_map_to_their_results(store: FakeStore, clock: DrivenCloc
 
 
 def test_a_poll_turn_claims_only_the_free_slots_then_prefetch_adds_more(store: FakeStore, clock: DrivenClock) -> None:
-    due(store, clock, 50)
+    due(store, clock, 200)
     node = worker(store, clock, concurrency=2)
     assert node.poll_once() is None  # both slots filled: go again at once
-    assert node.running == 2 and store.queue_depth()[0] == 48
+    assert node.running == 2 and store.queue_depth()[0] == 198
     assert node.poll_once() == (SETTINGS.poll_interval, True)  # no slot free: sleep until one frees
     assert node.running == 2
     for _ in range(50):  # runs far shorter than a round trip: hold the cap
         node.prefetch.observe_refill(0.01)
         node.prefetch.observe_run(0.0001)
-    assert node.prefetch.extra() == 32  # PREFETCH_CAP_PER_SLOT * concurrency
+    assert node.prefetch.extra() == 128  # PREFETCH_CAP_PER_SLOT * concurrency
     assert node.poll_once() is None
-    assert node.running == 34 and store.queue_depth()[0] == 16
+    assert node.running == 130 and store.queue_depth()[0] == 70
     assert all(run.state is RunState.QUEUED for run in node.runs.runs())  # no slot thread ran any
 
 

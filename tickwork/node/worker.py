@@ -59,8 +59,10 @@ log = logging.getLogger("tickwork.worker")
 
 # A busy node whose runs are short claims again once 1/N of its capacity is free.
 CLAIM_BATCH_DIVISOR = 4
-# Prefetch never exceeds this many claims per slot.
-PREFETCH_CAP_PER_SLOT = 16
+# Prefetch never exceeds this many claims per slot. It binds only for runs far shorter than
+# a round trip (the prefetch is one refill's worth of runs): 64 let W1's claims and writes
+# come ~600 rows at a time (bench.peers W1 +10-20 %, W3 -10 % against 16; 128 no better).
+PREFETCH_CAP_PER_SLOT = 64
 # While cancelled runs are awaited at shutdown, say so this often.
 INTERRUPT_LOG_EVERY_S = 5.0
 # After the store failed, the reconciler waits a heartbeat plus this before reaping: room
