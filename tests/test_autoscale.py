@@ -3,8 +3,10 @@ under a backlog and shrinking back once idle."""
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -105,3 +107,22 @@ def test_a_node_grows_to_max_under_a_backlog_and_returns_to_min_when_idle(app: A
 def test_the_cli_rejects_bad_concurrency(bad: str) -> None:
     result = CliRunner().invoke(main, ["worker", "tests.apps.basic:app", "--concurrency", bad])
     assert result.exit_code != 0 and "--concurrency" in result.output and "MIN,MAX" in result.output
+
+
+@pytest.mark.parametrize("bad", ["-1", "x", "1.5"])
+def test_the_cli_rejects_a_bad_prefetch(bad: str) -> None:
+    result = CliRunner().invoke(main, ["worker", "tests.apps.basic:app", "--prefetch", bad])
+    assert result.exit_code != 0 and "--prefetch" in result.output and bad in result.output
+
+
+@pytest.mark.parametrize(("given", "expected"), [([], None), (["--prefetch", "0"], 0), (["--prefetch", "500"], 500)])
+def test_the_cli_passes_its_prefetch_to_the_node(
+    given: list[str], expected: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    importlib.import_module("tests.apps.limited")  # here: at import it needs a real stderr, not CliRunner's
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(App, "open_store", lambda self: None)  # the node is not started: no store needed
+    monkeypatch.setattr(App, "run_worker", lambda self, **options: seen.update(options))
+    result = CliRunner().invoke(main, ["worker", "tests.apps.limited:app", *given])
+    assert result.exit_code == 0, result.output
+    assert seen["prefetch"] == expected

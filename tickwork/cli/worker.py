@@ -49,6 +49,12 @@ log = logging.getLogger("tickwork.worker")
     help="Shrink after this long (seconds, or 30s, 5m, ...) with idle slots.",
 )
 @click.option(
+    "--prefetch",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Claims held beyond the busy slots (default: sized to how long runs take, up to 64 per slot; 0: none).",
+)
+@click.option(
     "--queues",
     metavar="NAME[,NAME...]",
     help="Claim only from these queues (default: every queue APP's registered tasks use).",
@@ -68,6 +74,7 @@ def worker(
     concurrency: str,
     scale_up_age: float,
     scale_down_after: float,
+    prefetch: int | None,
     queues: str | None,
     metrics_port: int | None,
     metrics_host: str,
@@ -93,6 +100,7 @@ def worker(
         max_concurrency=maximum if maximum != minimum else None,
         scale_up_age=scale_up_age,
         scale_down_after=scale_down_after,
+        prefetch=prefetch,
         sync=sync,
         queues=served,
     )
