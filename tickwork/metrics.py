@@ -138,9 +138,9 @@ def _histogram(
     created: bool,
 ) -> HistogramMetricFamily:
     family = HistogramMetricFamily(name, help_text, labels=["task"])
+    les = [floatToGoString(b) for b in bounds]  # type: ignore[no-untyped-call]  # as prometheus-client writes them
     for task, counts, total, made in series:
         cumulative = list(itertools.accumulate(counts))
-        les = [floatToGoString(b) for b in bounds]  # type: ignore[no-untyped-call]  # how prometheus-client writes them
         family.add_metric([task], list(zip(les, cumulative, strict=True)), total)
         if created:
             family.add_sample(f"{name}_created", {"task": task}, made)

@@ -48,9 +48,9 @@ class SetBased:
         ]
 
     def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
-        """The batch in one statement; an outcome with a time its times as whole
-        microseconds cannot carry exactly (before 1684 or after 2255, encoding.py) goes
-        in a second one, with its times as text."""
+        """The batch in one statement, its times as whole microseconds; an outcome with
+        a time those cannot carry exactly (before 1684 or after 2255: encoding.py) goes in
+        a second statement, with its times as ISO text."""
         rows, far = [], []
         for o in outcomes:
             row = encoding.outcome_json(o)

@@ -368,7 +368,12 @@ WITH o AS (
 
 -- name: settled_outcomes
 -- (A fragment: write_outcomes_batch's and write_outcomes_text's common part, over their
--- outcomes o.)
+-- outcomes o.) Each row is fenced by its own version and lease owner; an execution row
+-- is written only if its task's update applied. Status and cancel flags:
+-- tickwork.schedules.cancel_wins. Two outcomes of one task in a batch (a late result of
+-- a run taken over, beside the result of the task's next run) are told apart by fence
+-- and execution: only the one whose fence matched is reported applied, and only its
+-- execution row is written.
 settled AS (
     UPDATE tickwork_tasks t
     SET {{settled_task}}
