@@ -5,12 +5,18 @@ and counted exactly when many threads record at once."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import metrics as prometheus_metrics
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from tickwork import metrics
 from tickwork.metrics import RunSeries
@@ -102,3 +108,27 @@ def test_threads_recording_at_once_lose_nothing() -> None:
     )
     assert registry.get_sample_value("tickwork_task_lateness_seconds_count", {"task": "t"}) == total
     assert registry.get_sample_value("tickwork_task_duration_seconds_count", {"task": "t"}) == total
+
+
+def test_in_prometheus_clients_multiprocess_mode_the_series_reach_its_files(tmp_path: Path) -> None:
+    """With PROMETHEUS_MULTIPROC_DIR set, only prometheus-client's own types write to the
+    files a multiprocess scrape reads: the node's runs must be there, from two processes."""
+    script = textwrap.dedent(
+        """
+        from tickwork.metrics import MULTIPROCESS, PrometheusStats
+        assert MULTIPROCESS
+        stats = PrometheusStats()
+        stats.run_started("t", 0.02)
+        stats.run_ended("t", "COMPLETED", 0.003, "default")
+        """
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(tmp_path))
+    labels = {"task": "t", "status": "COMPLETED", "queue": "default"}
+    assert registry.get_sample_value("tickwork_task_runs_total", labels) == 2
+    assert registry.get_sample_value("tickwork_task_lateness_seconds_bucket", {"task": "t", "le": "0.05"}) == 2
+    assert registry.get_sample_value("tickwork_task_duration_seconds_count", {"task": "t"}) == 2

@@ -14,12 +14,13 @@ import bisect
 import itertools
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -147,8 +148,39 @@ def _histogram(
     return family
 
 
-RUN_SERIES = RunSeries()
-REGISTRY.register(RUN_SERIES)
+class LibrarySeries:
+    """The per-run series through prometheus-client's own Counter and Histogram: for its
+    multiprocess mode, where only they write to the files a scrape of the processes
+    reads. Each label set's child is looked up once (``labels()`` takes a lock and checks
+    its arguments on every call)."""
+
+    def __init__(self) -> None:
+        self._runs = Counter("tickwork_task_runs", RUNS_HELP, ["task", "status", "queue"])
+        self._durations = Histogram("tickwork_task_duration_seconds", DURATION_HELP, ["task"], buckets=DURATION_BUCKETS)
+        self._lateness = Histogram("tickwork_task_lateness_seconds", LATENESS_HELP, ["task"], buckets=LATENESS_BUCKETS)
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def run_ended(self, task: str, status: str, queue: str, seconds: float | None) -> None:
+        self._child(self._runs, task, status, queue).inc()
+        if seconds is not None:
+            self._child(self._durations, task).observe(seconds)
+
+    def run_started(self, task: str, late_by: float) -> None:
+        self._child(self._lateness, task).observe(late_by)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (metric._name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+
+MULTIPROCESS = "PROMETHEUS_MULTIPROC_DIR" in os.environ or "prometheus_multiproc_dir" in os.environ
+"""prometheus-client runs in its multiprocess mode (the variables it reads itself)."""
+RUN_SERIES: RunSeries | LibrarySeries = LibrarySeries() if MULTIPROCESS else RunSeries()
+if isinstance(RUN_SERIES, RunSeries):
+    REGISTRY.register(RUN_SERIES)
 
 
 RUNNING = Gauge("tickwork_running", "Runs this node holds now (running, or claimed and waiting for a slot).")
