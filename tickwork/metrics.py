@@ -158,7 +158,7 @@ class LibrarySeries:
         self._runs = Counter("tickwork_task_runs", RUNS_HELP, ["task", "status", "queue"])
         self._durations = Histogram("tickwork_task_duration_seconds", DURATION_HELP, ["task"], buckets=DURATION_BUCKETS)
         self._lateness = Histogram("tickwork_task_lateness_seconds", LATENESS_HELP, ["task"], buckets=LATENESS_BUCKETS)
-        self._children: dict[tuple[str, ...], Any] = {}
+        self._children: dict[tuple[Any, ...], Any] = {}
 
     def run_ended(self, task: str, status: str, queue: str, seconds: float | None) -> None:
         self._child(self._runs, task, status, queue).inc()
@@ -169,7 +169,7 @@ class LibrarySeries:
         self._child(self._lateness, task).observe(late_by)
 
     def _child(self, metric: Any, *labels: str) -> Any:
-        key = (metric._name, *labels)
+        key = (metric, *labels)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*labels)
