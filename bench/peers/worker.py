@@ -15,21 +15,24 @@ from bench.tickwork_bench import ceiling_main, node_main
 
 
 def pgqueuer_main(url: str, sink: Path, batch_size: int) -> None:
+    """PgQueuer as its documentation starts a worker: ``PgQueuer`` (its queue manager and
+    its scheduler) on one asyncpg connection, an async entrypoint, ``run(batch_size=...)``
+    with its other defaults (``dequeue_timeout`` 30 s)."""
     import asyncpg
-    from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
+    from pgqueuer import AsyncpgDriver, Job, PgQueuer
 
     record = Sink(sink)
 
     async def work() -> None:
         connection = await asyncpg.connect(url)
-        manager = QueueManager(Queries(AsyncpgDriver(connection)))
+        pgq = PgQueuer(AsyncpgDriver(connection))
 
-        @manager.entrypoint("noop")
+        @pgq.entrypoint("noop")
         async def noop(job: Job) -> None:
             record.started(int(job.payload or b"-1"))
 
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, manager.shutdown.set)
-        await manager.run(batch_size=batch_size)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, pgq.shutdown.set)
+        await pgq.run(batch_size=batch_size)
         await connection.close()
 
     asyncio.run(work())
