@@ -13,7 +13,7 @@ from bench.peers import workloads
 from bench.peers.systems import System, parse_system
 from bench.tickwork_bench import compile_checkout
 
-DEFAULT_SYSTEMS = "tickwork,pgqueuer,pgqueuer:batch_size=100,ceiling"
+DEFAULT_SYSTEMS = "tickwork,pgqueuer,pgqueuer:batch_size=100,ceiling,bare"
 SIZES = {"W1": 20_000, "W2": 2_000, "W3": 10_000}
 COLUMNS = (
     ("W1", "exec_s", "W1 exec/s", "{:,.0f}"),
@@ -45,8 +45,8 @@ def run_one(system: System, workload: str, folder: Path, scale: float) -> dict[s
     n = max(10, int(SIZES[workload] * scale))
     if workload == "W1":
         return workloads.w1(system, folder, n)
-    if system.kind == "ceiling":
-        return {}  # the bare loop drains what is due and exits: W1 only
+    if system.kind in ("ceiling", "bare"):
+        return {}  # the bare loops drain what is due and exit: W1 only
     return (workloads.w2 if workload == "W2" else workloads.w3)(system, folder, n)
 
 

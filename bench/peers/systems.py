@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from bench.peers import bare
 from bench.tickwork_bench import CHUNK, make_app
 
 PGQUEUER_CHUNK = 5000
@@ -16,7 +17,7 @@ PGQUEUER_CHUNK = 5000
 @dataclass(frozen=True)
 class System:
     name: str
-    kind: str  # "tickwork", "pgqueuer" or "ceiling"
+    kind: str  # "tickwork", "pgqueuer", "ceiling" or "bare"
     batch_size: int = 10
 
     def enqueue(self, url: str, due: list[datetime]) -> tuple[float, dict[int, float]]:
@@ -24,6 +25,8 @@ class System:
         time as stored (epoch seconds)."""
         if self.kind == "pgqueuer":
             return asyncio.run(_pgqueuer_enqueue(url, due))
+        if self.kind == "bare":
+            return bare.store(url, due)
         app = make_app(url, "skip_locked", None)
         app.stats()  # the schema migrated and a connection open: setup, not enqueue
         started = time.perf_counter()
@@ -38,8 +41,8 @@ class System:
 
 def parse_system(name: str) -> System:
     kind, _, option = name.partition(":")
-    if kind not in ("tickwork", "pgqueuer", "ceiling"):
-        raise SystemExit(f"unknown system {name!r}: tickwork, pgqueuer[:batch_size=N] or ceiling")
+    if kind not in ("tickwork", "pgqueuer", "ceiling", "bare"):
+        raise SystemExit(f"unknown system {name!r}: tickwork, pgqueuer[:batch_size=N], ceiling or bare")
     if not option:
         return System(name, kind)
     key, _, value = option.partition("=")

@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from bench.peers import bare
 from bench.peers.sink import Sink
 from bench.peers.systems import parse_system
 from bench.tickwork_bench import ceiling_main, node_main
@@ -44,6 +45,8 @@ def main(argv: list[str]) -> None:
         node_main(url, "skip_locked", sink, 1.0)
     elif system.kind == "pgqueuer":
         pgqueuer_main(url, sink, system.batch_size)
+    elif system.kind == "bare":
+        bare.work(url, sink)
     else:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         ceiling_main(url, sink)
