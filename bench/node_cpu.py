@@ -1,11 +1,17 @@
-"""What one run costs a node in CPU: one node in this process on W1 (20,000 due no-op
-tasks, ``concurrency=16``), the process's CPU time per task, rounds on a fresh store each.
+"""What one run costs a node in CPU: one node in this process (``concurrency=16``), the
+process's CPU time per task, rounds on a fresh store each, and where it goes by thread.
 
     .venv/bin/python -m bench.node_cpu [--store skip_locked] [--tasks 20000] [--rounds 3]
+    .venv/bin/python -m bench.node_cpu --sparse 10 --tasks 1000   # W2's shape
 
-The node is alone in the process (no harness reading sink files beside it), so the CPU
-time is the node's: its claims, decoding, runs, result writes and metrics. To see where it
-goes, run py-spy on this process while it runs (``py-spy record --gil --threads -p PID``).
+By default the tasks are all due (W1's shape); ``--sparse S`` spreads them evenly over S
+seconds, starting 3 s after the node (W2's shape: what a run costs when runs are far
+apart), and counts from the first due time. The node is alone in the process (no harness
+reading sink files beside it), so the CPU time is the node's: its claims, decoding, runs,
+result writes and metrics. Each round also prints, per thread group, its CPU time per task
+and how many times per task its threads were scheduled in (``/proc/self/task/*/schedstat``:
+each is a wake-up, after a wait for the database, a queue, a lock or the GIL). To see the
+Python code behind the CPU, run py-spy on this process (``py-spy record --gil --threads``).
 """
 
 from __future__ import annotations
@@ -16,18 +22,53 @@ import statistics
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.tickwork_bench import drop, fresh_store, schedule
 from tickwork import App, Context
 
+SPARSE_LEAD_S = 3.0
 
-def one_round(kind: str, folder: Path, n: int) -> tuple[float, float]:
-    """Executions per second and CPU microseconds per task of one node on n due tasks."""
+
+def thread_times() -> dict[int, tuple[float, int]]:
+    """Per thread of this process: seconds on a CPU and times scheduled in."""
+    times = {}
+    for tid in Path("/proc/self/task").iterdir():
+        try:
+            on_cpu_ns, _waited_ns, slices = (tid / "schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile
+        times[int(tid.name)] = (int(on_cpu_ns) / 1e9, int(slices))
+    return times
+
+
+def by_group(before: dict[int, tuple[float, int]], after: dict[int, tuple[float, int]]) -> dict[str, list[float]]:
+    """CPU seconds and wake-ups between two readings, by thread name (the slot threads
+    together, as "slots")."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    groups: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for tid, (cpu, slices) in after.items():
+        name = names.get(tid, "other")
+        name = "slots" if name.startswith("tickwork-run-") else name
+        cpu_before, slices_before = before.get(tid, (0.0, 0))
+        groups[name][0] += cpu - cpu_before
+        groups[name][1] += slices - slices_before
+    return groups
+
+
+def one_round(kind: str, folder: Path, n: int, sparse: float | None) -> tuple[float, float, dict[str, list[float]]]:
+    """Executions per second, CPU microseconds per task, and the threads' shares, of one
+    node on n tasks."""
     store = fresh_store(kind, folder)
     try:
-        schedule(store, [datetime.now(UTC) - timedelta(seconds=1)] * n)
+        if sparse is None:
+            first = datetime.now(UTC) - timedelta(seconds=1)
+            schedule(store, [first] * n)
+        else:
+            first = datetime.now(UTC) + timedelta(seconds=SPARSE_LEAD_S)
+            schedule(store, [first + timedelta(seconds=sparse * (i + 0.5) / n) for i in range(n)])
         app = App(store.url, claim=store.claim, poll_interval=1.0)
         started = itertools.count(1)
         done = threading.Event()
@@ -38,16 +79,19 @@ def one_round(kind: str, folder: Path, n: int) -> tuple[float, float]:
                 done.set()
 
         worker = app.worker(concurrency=16)
-        thread = threading.Thread(target=worker.run, daemon=True)
-        cpu, wall = time.process_time(), time.perf_counter()
+        thread = threading.Thread(target=worker.run, name="poll loop", daemon=True)
         thread.start()
+        if sparse is not None:  # the node's start is not what a sparse run costs
+            time.sleep(max(0.0, (first - datetime.now(UTC)).total_seconds()))
+        threads, cpu, wall = thread_times(), time.process_time(), time.perf_counter()
         if not done.wait(300):
             raise SystemExit(f"{kind}: not every task ran within 300 s")
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        groups = by_group(threads, thread_times())
         worker.stop()
         thread.join(30)
         app.close()
-        return n / wall, 1e6 * cpu / n
+        return n / wall, 1e6 * cpu / n, groups
     finally:
         drop(store)
 
@@ -57,12 +101,18 @@ def main() -> None:
     parser.add_argument("--store", default="skip_locked", choices=["skip_locked", "optimistic", "sqlite"])
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sparse", type=float, default=None, metavar="S", help="spread the tasks over S seconds")
     args = parser.parse_args()
     figures = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
-            figures.append(one_round(args.store, Path(tmp), args.tasks))
-            print(f"# round {i + 1}: {figures[-1][0]:,.0f} exec/s, {figures[-1][1]:.1f} us CPU per task", flush=True)
+            rate, cpu_us, groups = one_round(args.store, Path(tmp), args.tasks, args.sparse)
+            figures.append((rate, cpu_us))
+            print(f"# round {i + 1}: {rate:,.0f} exec/s, {cpu_us:.1f} us CPU per task", flush=True)
+            for name, (cpu, slices) in sorted(groups.items(), key=lambda g: -g[1][0]):
+                per_task_us, wakeups = cpu * 1e6 / args.tasks, slices / args.tasks
+                if per_task_us >= 0.5:
+                    print(f"#   {name:<24} {per_task_us:7.1f} us, {wakeups:5.2f} wake-ups per task")
     print(
         f"{args.store}: median {statistics.median(f[1] for f in figures):.1f} us CPU per task, "
         f"{statistics.median(f[0] for f in figures):,.0f} exec/s (one node, {args.tasks:,} tasks, {args.rounds} rounds)"
