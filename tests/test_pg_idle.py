@@ -18,6 +18,17 @@ def terminate(url: str, pid: int) -> None:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
+def terminate_and_wait(url: str, pid: int) -> None:
+    """End the session ``pid`` and return once the server has let it go."""
+    terminate(url, pid)
+
+    def ended() -> bool:
+        with psycopg.connect(url, autocommit=True) as admin:
+            return admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() is None
+
+    wait_for(ended, timeout=10)
+
+
 def test_an_idle_connection_the_server_ended_is_told_without_a_round_trip(pg_url: str) -> None:
     conn: psycopg.Connection[Any] = psycopg.connect(pg_url, autocommit=True)
     try:
@@ -38,16 +49,27 @@ def test_a_statement_after_the_server_ended_the_pooled_connection_goes_through(p
         assert before is not None
         with d.autocommit_pool.connection() as conn:  # the pool's one connection, idle again after
             pid = conn.info.backend_pid
-        terminate(pg_url, pid)
-
-        def ended() -> bool:
-            with psycopg.connect(pg_url, autocommit=True) as admin:
-                return admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() is None
-
-        wait_for(ended, timeout=10)
+        terminate_and_wait(pg_url, pid)
         with d.single() as s:  # before pg_idle: "terminating connection due to administrator command"
             after = s.fetch_one("clock", {})
         assert after is not None
+        with d.autocommit_pool.connection() as conn:
+            assert conn.info.backend_pid != pid
+    finally:
+        d.close()
+
+
+def test_the_schema_check_after_the_server_ended_the_pooled_connection_goes_through(pg_url: str) -> None:
+    """``migrate`` reads the schema's version first, and ``/healthz`` calls it on every
+    probe: on a pooled connection the server had ended (a restart), it failed once, so
+    the server answered 503 just after the database was back (tests/test_http_outage.py)."""
+    d = PostgresDialect(pg_url, pool_size=1)
+    try:
+        version = d.migrate()
+        with d.autocommit_pool.connection() as conn:  # the pool's one connection, idle again after
+            pid = conn.info.backend_pid
+        terminate_and_wait(pg_url, pid)
+        assert d.migrate() == version  # before: "terminating connection due to administrator command"
         with d.autocommit_pool.connection() as conn:
             assert conn.info.backend_pid != pid
     finally:

@@ -227,14 +227,20 @@ class PostgresDialect:
     @contextlib.contextmanager
     def single(self) -> Iterator[PgSession]:
         """Autocommit, for one statement that is atomic by itself: one round trip, no
-        BEGIN or COMMIT of its own. A pooled connection the server has closed since it
-        was last used is discarded before anything is sent on it (store/pg_idle.py)."""
+        BEGIN or COMMIT of its own."""
+        with self._autocommit_connection() as conn:
+            yield self._session(conn.cursor(row_factory=dict_row, binary=True))
+
+    @contextlib.contextmanager
+    def _autocommit_connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled autocommit connection. One the server has closed since it was last
+        used is discarded before anything is sent on it (store/pg_idle.py)."""
         for attempt in range(1, BEGIN_ATTEMPTS + 1):
             with self.autocommit_pool.connection() as conn:
                 if attempt < BEGIN_ATTEMPTS and closed_by_server(conn):
                     conn.close()  # the pool discards it; the next one may be alive
                     continue
-                yield self._session(conn.cursor(row_factory=dict_row, binary=True))
+                yield conn
                 return
 
     reader = transaction
@@ -271,7 +277,7 @@ class PostgresDialect:
 
     def _schema_version(self) -> int | None:
         try:
-            with self.autocommit_pool.connection() as conn:
+            with self._autocommit_connection() as conn:
                 row = conn.execute("SELECT MAX(version) FROM tickwork_schema").fetchone()
         except psycopg.errors.UndefinedTable:
             return None
