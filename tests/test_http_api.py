@@ -405,6 +405,47 @@ def test_in_process_worker_runs_with_the_server(web_app: App) -> None:
     assert web_app.nodes() == []  # the node stopped (and deregistered) with the server
 
 
+def test_in_process_worker_holds_no_more_claims_than_its_prefetch(
+    web_app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[Any] = []
+    make_worker = App.worker
+
+    def worker(self: App, **options: Any) -> Any:
+        built.append(make_worker(self, **options))
+        return built[-1]
+
+    monkeypatch.setattr(App, "worker", worker)
+    with client_of(web_app, token=TOKEN, worker_concurrency=2, worker_prefetch=0) as api:
+        task = schedule(api)
+        wait_until(lambda: api.get(f"{V1}/tasks/{task['id']}", headers=AUTH).json()["status"] == "COMPLETED")
+    [node] = built
+    assert node.prefetch.cap == 0 and node.prefetch.extra() == 0  # free slots only, however short the runs
+
+
+def test_serve_passes_its_prefetch_to_the_in_process_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr("tickwork.web.server.serve", lambda app, **options: seen.append(options))
+    runner = CliRunner()
+    for given, expected in (([], None), (["--prefetch", "0"], 0), (["--prefetch", "500"], 500)):
+        result = runner.invoke(main, ["serve", "tests.http_support:app", "--with-worker", *given])
+        assert result.exit_code == 0, result.output
+        assert seen[-1]["worker_prefetch"] == expected and seen[-1]["worker_concurrency"] == 8
+
+
+@pytest.mark.parametrize("given", [["--prefetch", "-1"], ["--prefetch", "x"], ["--prefetch", "1.5"]])
+def test_serve_refuses_a_bad_prefetch_naming_it(given: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tickwork.web.server.serve", lambda app, **options: pytest.fail("served"))
+    result = CliRunner().invoke(main, ["serve", "tests.http_support:app", "--with-worker", *given])
+    assert result.exit_code == 2 and "--prefetch" in result.output and given[1] in result.output
+
+
+def test_serve_refuses_a_prefetch_without_a_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tickwork.web.server.serve", lambda app, **options: pytest.fail("served"))
+    result = CliRunner().invoke(main, ["serve", "tests.http_support:app", "--prefetch", "4"])
+    assert result.exit_code == 2 and "--prefetch" in result.output and "--with-worker" in result.output
+
+
 # -- the dashboard -----------------------------------------------------------------------------
 
 

@@ -39,6 +39,12 @@ from tickwork.web.auth import check_session_ttl
     help="Slots of the --with-worker node.",
 )
 @click.option(
+    "--prefetch",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Claims the --with-worker node holds beyond its busy slots (default: sized to how long runs take; 0: none).",
+)
+@click.option(
     "--session-ttl",
     default="8h",
     show_default=True,
@@ -54,6 +60,7 @@ def serve(
     public_read: bool,
     with_worker: bool,
     concurrency: int,
+    prefetch: int | None,
     session_ttl: float,
     log_level: str | None,
     log_format: str,
@@ -66,6 +73,8 @@ def serve(
     # Imported here: uvicorn is needed only by this command, not by every `tickwork` run.
     from tickwork.web.server import serve as run
 
+    if prefetch is not None and not with_worker:
+        raise click.UsageError("--prefetch applies to the node of --with-worker: give both, or neither")
     try:
         ttl = check_session_ttl(session_ttl)
     except ValueError as exc:
@@ -86,6 +95,7 @@ def serve(
             token=os.environ.get("TICKWORK_API_TOKEN"),
             public_read=public_read,
             worker_concurrency=concurrency if with_worker else None,
+            worker_prefetch=prefetch,
             session_ttl=ttl,
         )
     except TickworkError as exc:  # ServeConfigError and TokenConfigError among them

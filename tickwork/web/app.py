@@ -37,6 +37,7 @@ def create_app(
     token: str | None,
     public_read: bool = False,
     worker_concurrency: int | None = None,
+    worker_prefetch: int | None = None,
     allowed_hosts: Sequence[str] | None = None,
     session_ttl: float = SESSION_TTL,
     database: Database | None = None,
@@ -48,7 +49,8 @@ def create_app(
     ``TokenConfigError``: it must never silently mean "no authentication".
     ``worker_concurrency``: also run a worker node with that many slots while the server
     runs (started once the database can be used, drained by the server's lifespan, inside
-    its signal handling).
+    its signal handling); ``worker_prefetch``, the claims it may hold beyond its busy
+    slots (``App.worker``'s ``prefetch``: None sizes it to how long runs take).
     ``allowed_hosts``: answer only requests whose Host header is one of these (400
     otherwise) — with reads open to anyone who can connect, a page on any web site could
     otherwise read them through DNS rebinding to 127.0.0.1.
@@ -67,7 +69,7 @@ def create_app(
         docs_url=None,  # the interactive docs load third-party scripts: /openapi.json is enough
         redoc_url=None,
         openapi_url="/openapi.json",
-        lifespan=_lifespan(app, db, worker_concurrency),
+        lifespan=_lifespan(app, db, worker_concurrency, worker_prefetch),
     )
     errors.install(server, db.is_transient, page=functools.partial(dashboard.error_page, has_token=auth.has_token))
     _routes(server, app, auth, db)
@@ -75,14 +77,16 @@ def create_app(
     return server
 
 
-def _lifespan(app: App, db: Database, worker_concurrency: int | None) -> Lifespan:
+def _lifespan(app: App, db: Database, worker_concurrency: int | None, worker_prefetch: int | None) -> Lifespan:
     """Open the store in the background when the server starts (and the worker node, if
     any); on the way out, drain the node before the store closes under it."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         db.start()
-        node = None if worker_concurrency is None else BackgroundWorker(app, worker_concurrency, db)
+        node = None
+        if worker_concurrency is not None:
+            node = BackgroundWorker(app, worker_concurrency, db, prefetch=worker_prefetch)
         if node is not None:
             node.start()
         try:

@@ -29,10 +29,17 @@ def stop_process() -> None:
 
 class BackgroundWorker:
     def __init__(
-        self, app: App, concurrency: int, db: Database, *, on_crash: Callable[[], None] = stop_process
+        self,
+        app: App,
+        concurrency: int,
+        db: Database,
+        *,
+        prefetch: int | None = None,
+        on_crash: Callable[[], None] = stop_process,
     ) -> None:
         self.app = app
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.db = db
         self.worker: Worker | None = None
         self._on_crash = on_crash
@@ -63,7 +70,7 @@ class BackgroundWorker:
             with self._lock:
                 if self._stopping.is_set():
                     return
-                self.worker = worker = self.app.worker(concurrency=self.concurrency)
+                self.worker = worker = self.app.worker(concurrency=self.concurrency, prefetch=self.prefetch)
             worker.run(install_signals=False)
         except BaseException:
             log.exception("the in-process node died")

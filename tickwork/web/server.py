@@ -65,6 +65,7 @@ def serve(
     token: str | None = None,
     public_read: bool = False,
     worker_concurrency: int | None = None,
+    worker_prefetch: int | None = None,
     session_ttl: float = SESSION_TTL,
 ) -> None:
     """Serve until SIGINT/SIGTERM (then drain the in-process node, if any). Listening
@@ -77,6 +78,7 @@ def serve(
         token=token,
         public_read=public,
         worker_concurrency=worker_concurrency,
+        worker_prefetch=worker_prefetch,
         allowed_hosts=hosts,
         session_ttl=session_ttl,
     )
