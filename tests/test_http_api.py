@@ -32,6 +32,7 @@ from tests.http_support import (
 )
 from tickwork import App, Status
 from tickwork.cli import main
+from tickwork.errors import InvalidInput
 from tickwork.model import ExecutionStatus
 from tickwork.schedules import outcome_of
 from tickwork.web import TokenConfigError, create_app
@@ -421,6 +422,24 @@ def test_in_process_worker_holds_no_more_claims_than_its_prefetch(
         wait_until(lambda: api.get(f"{V1}/tasks/{task['id']}", headers=AUTH).json()["status"] == "COMPLETED")
     [node] = built
     assert node.prefetch.cap == 0 and node.prefetch.extra() == 0  # free slots only, however short the runs
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"worker_concurrency": 0}, "worker_concurrency"),
+        ({"worker_concurrency": 2, "worker_prefetch": -1}, "worker_prefetch"),
+        ({"worker_concurrency": 2, "worker_prefetch": "4"}, "worker_prefetch"),
+    ],
+)
+def test_a_bad_in_process_node_is_refused_at_the_call_naming_it(
+    web_app: App, options: dict[str, Any], field: str
+) -> None:
+    """Not when the node starts later on its own thread (where it stopped the server)."""
+    with pytest.raises(InvalidInput) as refused:
+        create_app(web_app, token=TOKEN, **options)
+    value = options[field]
+    assert refused.value.field == field and refused.value.value == value and repr(value) in str(refused.value)
 
 
 def test_serve_passes_its_prefetch_to_the_in_process_node(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -74,7 +74,9 @@ SHOWN_NAMES = 50
 AUTOSCALE_EVERY_S = 1.0
 
 
-def _check_sizes(concurrency: int, prefetch: int | None) -> None:
+def check_sizes(concurrency: int, prefetch: int | None) -> None:
+    """Refuse a node's sizes where they are given: a node started later, on a thread of
+    its own (the server's in-process node), would otherwise fail there, far from the call."""
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise InvalidInput("concurrency", concurrency, "must be an integer of at least 1")
     if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0):
@@ -104,7 +106,7 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
         queues: Sequence[str] | None = None,
     ) -> None:
-        _check_sizes(concurrency, prefetch)
+        check_sizes(concurrency, prefetch)
         self.queues = registry.queues() if queues is None else validate.queues(queues)
         """The queues this node claims from (default: those its registered tasks use)."""
         self.autoscaler = autoscaler

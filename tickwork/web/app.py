@@ -18,7 +18,9 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from tickwork.app import App
+from tickwork.errors import InvalidInput
 from tickwork.metrics import watch_queue
+from tickwork.node.worker import check_sizes
 from tickwork.web import api, dashboard, errors, probes
 from tickwork.web.auth import SESSION_TTL, Auth
 from tickwork.web.database import Database
@@ -59,6 +61,8 @@ def create_app(
     ``database``: how requests reach the store (tests pass one with other timings); the
     server opens the store in the background and never waits for it to start.
     """
+    if worker_concurrency is not None:
+        _check_node(worker_concurrency, worker_prefetch)
     auth = Auth(token, public_read=public_read, session_ttl=session_ttl)
     db = database or Database(app)
     db.on_open(lambda: watch_queue(db.current))  # the queue gauges of /metrics, read at scrape time
@@ -75,6 +79,14 @@ def create_app(
     _routes(server, app, auth, db)
     _middleware(server, app, allowed_hosts)
     return server
+
+
+def _check_node(concurrency: int, prefetch: int | None) -> None:
+    """The in-process node's sizes, refused here under the names given here."""
+    try:
+        check_sizes(concurrency, prefetch)
+    except InvalidInput as exc:
+        raise InvalidInput(f"worker_{exc.field}", exc.value, exc.reason) from None
 
 
 def _lifespan(app: App, db: Database, worker_concurrency: int | None, worker_prefetch: int | None) -> Lifespan:
