@@ -430,6 +430,7 @@ def test_in_process_worker_holds_no_more_claims_than_its_prefetch(
         ({"worker_concurrency": 0}, "worker_concurrency"),
         ({"worker_concurrency": 2, "worker_prefetch": -1}, "worker_prefetch"),
         ({"worker_concurrency": 2, "worker_prefetch": "4"}, "worker_prefetch"),
+        ({"worker_prefetch": 4}, "worker_prefetch"),  # no node for it to bound
     ],
 )
 def test_a_bad_in_process_node_is_refused_at_the_call_naming_it(

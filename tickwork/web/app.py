@@ -61,8 +61,7 @@ def create_app(
     ``database``: how requests reach the store (tests pass one with other timings); the
     server opens the store in the background and never waits for it to start.
     """
-    if worker_concurrency is not None:
-        _check_node(worker_concurrency, worker_prefetch)
+    _check_node(worker_concurrency, worker_prefetch)
     auth = Auth(token, public_read=public_read, session_ttl=session_ttl)
     db = database or Database(app)
     db.on_open(lambda: watch_queue(db.current))  # the queue gauges of /metrics, read at scrape time
@@ -81,8 +80,13 @@ def create_app(
     return server
 
 
-def _check_node(concurrency: int, prefetch: int | None) -> None:
-    """The in-process node's sizes, refused here under the names given here."""
+def _check_node(concurrency: int | None, prefetch: int | None) -> None:
+    """The in-process node's sizes, refused here under the names given here (a prefetch
+    with no node too: it would bound nothing)."""
+    if concurrency is None:
+        if prefetch is not None:
+            raise InvalidInput("worker_prefetch", prefetch, "bounds the in-process node: give worker_concurrency too")
+        return
     try:
         check_sizes(concurrency, prefetch)
     except InvalidInput as exc:
@@ -99,7 +103,6 @@ def _lifespan(app: App, db: Database, worker_concurrency: int | None, worker_pre
         node = None
         if worker_concurrency is not None:
             node = BackgroundWorker(app, worker_concurrency, db, prefetch=worker_prefetch)
-        if node is not None:
             node.start()
         try:
             yield
