@@ -8,16 +8,19 @@ By default the tasks are all due (W1's shape); ``--sparse S`` spreads them evenl
 seconds, starting 3 s after the node (W2's shape: what a run costs when runs are far
 apart), and counts from the first due time. The node is alone in the process (no harness
 reading sink files beside it), so the CPU time is the node's: its claims, decoding, runs,
-result writes and metrics. Each round also prints, per thread group, its CPU time per task
-and how many times per task its threads were scheduled in (``/proc/self/task/*/schedstat``:
-each is a wake-up, after a wait for the database, a queue, a lock or the GIL). To see the
-Python code behind the CPU, run py-spy on this process (``py-spy record --gil --threads``).
+result writes and metrics; beside it, the CPU the database spent meanwhile (all of a
+local PostgreSQL's processes: the node's statements and whatever else it ran). Each
+round also prints, per thread group, its CPU time per task and how many times per task
+its threads were scheduled in (``/proc/self/task/*/schedstat``: each is a wake-up, after
+a wait for the database, a queue, a lock or the GIL). To see the Python code behind the
+CPU, run py-spy on this process (``py-spy record --gil --threads``).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import statistics
 import tempfile
 import threading
@@ -44,6 +47,23 @@ def thread_times() -> dict[int, tuple[float, int]]:
     return times
 
 
+def database_cpu() -> float | None:
+    """CPU seconds of this machine's PostgreSQL so far: every ``postgres`` process's own
+    time plus what it reaped of its ended children (a backend ends with its connection).
+    None if no PostgreSQL runs here (its CPU is then not this machine's to read)."""
+    ticks, found = 0, False
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or (proc / "comm").read_text().strip() != "postgres":
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        found = True
+    return ticks / os.sysconf("SC_CLK_TCK") if found else None
+
+
 def by_group(before: dict[int, tuple[float, int]], after: dict[int, tuple[float, int]]) -> dict[str, list[float]]:
     """CPU seconds and wake-ups between two readings, by thread name (the slot threads
     together, as "slots")."""
@@ -58,9 +78,12 @@ def by_group(before: dict[int, tuple[float, int]], after: dict[int, tuple[float,
     return groups
 
 
-def one_round(kind: str, folder: Path, n: int, sparse: float | None) -> tuple[float, float, dict[str, list[float]]]:
-    """Executions per second, CPU microseconds per task, and the threads' shares, of one
-    node on n tasks."""
+Round = tuple[float, float, float | None, dict[str, list[float]]]
+
+
+def one_round(kind: str, folder: Path, n: int, sparse: float | None) -> Round:
+    """Executions per second, CPU microseconds per task, the database's CPU microseconds
+    per task (PostgreSQL on this machine), and the threads' shares, of one node on n tasks."""
     store = fresh_store(kind, folder)
     try:
         if sparse is None:
@@ -83,15 +106,19 @@ def one_round(kind: str, folder: Path, n: int, sparse: float | None) -> tuple[fl
         thread.start()
         if sparse is not None:  # the node's start is not what a sparse run costs
             time.sleep(max(0.0, (first - datetime.now(UTC)).total_seconds()))
+        database = database_cpu() if kind != "sqlite" else None
         threads, cpu, wall = thread_times(), time.process_time(), time.perf_counter()
         if not done.wait(300):
             raise SystemExit(f"{kind}: not every task ran within 300 s")
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         groups = by_group(threads, thread_times())
+        database_after = database_cpu() if database is not None else None
         worker.stop()
         thread.join(30)
         app.close()
-        return n / wall, 1e6 * cpu / n, groups
+        spent = None if database_after is None or database is None else database_after - database
+        database_us = 1e6 * spent / n if spent else None  # 0: a backend reaped between reads; not measured
+        return n / wall, 1e6 * cpu / n, database_us, groups
     finally:
         drop(store)
 
@@ -106,9 +133,10 @@ def main() -> None:
     figures = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
-            rate, cpu_us, groups = one_round(args.store, Path(tmp), args.tasks, args.sparse)
+            rate, cpu_us, database_us, groups = one_round(args.store, Path(tmp), args.tasks, args.sparse)
             figures.append((rate, cpu_us))
-            print(f"# round {i + 1}: {rate:,.0f} exec/s, {cpu_us:.1f} us CPU per task", flush=True)
+            database = "" if database_us is None else f" (PostgreSQL: {database_us:.1f} us)"
+            print(f"# round {i + 1}: {rate:,.0f} exec/s, {cpu_us:.1f} us CPU per task{database}", flush=True)
             for name, (cpu, slices) in sorted(groups.items(), key=lambda g: -g[1][0]):
                 per_task_us, wakeups = cpu * 1e6 / args.tasks, slices / args.tasks
                 if per_task_us >= 0.5:
