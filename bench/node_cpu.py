@@ -117,7 +117,7 @@ def one_round(kind: str, folder: Path, n: int, sparse: float | None) -> Round:
         thread.join(30)
         app.close()
         spent = None if database_after is None or database is None else database_after - database
-        database_us = 1e6 * spent / n if spent else None  # 0: a backend reaped between reads; not measured
+        database_us = 1e6 * spent / n if spent else None  # 0 (seen once, not explained) is no measure
         return n / wall, 1e6 * cpu / n, database_us, groups
     finally:
         drop(store)
