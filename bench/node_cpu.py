@@ -49,19 +49,46 @@ def thread_times() -> dict[int, tuple[float, int]]:
 
 def database_cpu() -> float | None:
     """CPU seconds of this machine's PostgreSQL so far: every ``postgres`` process's own
-    time plus what it reaped of its ended children (a backend ends with its connection).
-    None if no PostgreSQL runs here (its CPU is then not this machine's to read)."""
-    ticks, found = 0, False
+    time, plus what each has reaped of its ended children (a backend ends with its
+    connection). None if no PostgreSQL runs here (its CPU is then not this machine's to
+    read). A backend in the middle of ending shows in neither its own time nor its
+    parent's (its ``/proc`` entry already fails to read, or it waits to be reaped), so
+    the reading is only taken once two in a row, a few milliseconds apart, find the same
+    processes, all readable and none ended, and the same reaped time."""
+    previous = None
+    for _ in range(400):
+        reading = _postgres_ticks()
+        if reading is not None and not reading:
+            return None
+        if reading is not None and previous is not None and _same_processes(previous, reading):
+            return sum(own + reaped for own, reaped in reading.values()) / os.sysconf("SC_CLK_TCK")
+        previous = reading
+        time.sleep(0.005)
+    raise SystemExit("PostgreSQL's processes kept changing while their CPU was read")
+
+
+def _same_processes(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> bool:
+    return {p: r for p, (_, r) in before.items()} == {p: r for p, (_, r) in after.items()}
+
+
+def _postgres_ticks() -> dict[int, tuple[int, int]] | None:
+    """Per ``postgres`` process: its own CPU ticks, and its reaped children's. None when
+    one could not be read whole or has ended unreaped (see ``database_cpu``)."""
+    ticks = {}
     for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
         try:
-            if not proc.name.isdigit() or (proc / "comm").read_text().strip() != "postgres":
+            if (proc / "comm").read_text().strip() != "postgres":
                 continue
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # ended meanwhile
-        ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-        found = True
-    return ticks / os.sysconf("SC_CLK_TCK") if found else None
+            state, *fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            own, reaped = int(fields[10]) + int(fields[11]), int(fields[12]) + int(fields[13])
+        except (OSError, ValueError, IndexError):
+            return None  # ending now (or not ours: read again anyway)
+        if state == "Z":
+            return None
+        ticks[int(proc.name)] = (own, reaped)  # utime+stime, cutime+cstime
+    return ticks
 
 
 def by_group(before: dict[int, tuple[float, int]], after: dict[int, tuple[float, int]]) -> dict[str, list[float]]:
@@ -117,7 +144,7 @@ def one_round(kind: str, folder: Path, n: int, sparse: float | None) -> Round:
         thread.join(30)
         app.close()
         spent = None if database_after is None or database is None else database_after - database
-        database_us = 1e6 * spent / n if spent else None  # 0 (seen once, not explained) is no measure
+        database_us = None if spent is None else 1e6 * spent / n
         return n / wall, 1e6 * cpu / n, database_us, groups
     finally:
         drop(store)
