@@ -1,0 +1,139 @@
+"""What each part of the hot path's two statements costs the database, per row: the
+claim with and without its 52 returned columns, the result write whole and without its
+``ON CONFLICT``, its JSON batch parsed alone, and a bare update by key.
+
+    .venv/bin/python -m bench.db_statements [--tasks 20000] [--rounds 3]
+
+Each variant runs on a fresh database of due tasks (PostgreSQL on this machine), from
+this process, 500 rows a statement, and is timed by the CPU all of PostgreSQL's
+processes spent (``bench.node_cpu.database_cpu``). The variants are tickwork's own
+statements (the store's text, as the node sends it) with one part cut out, so each
+difference is that part's cost; the figures are for choosing what to change, not
+for comparing with other systems. Prints each round and the median per variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.db_cost import BATCH, NODE, timed
+from bench.tickwork_bench import _CLAIMABLE, drop, fresh_store, schedule
+from tickwork import App
+from tickwork.model import ExecutionStatus
+from tickwork.schedules import outcome_of
+from tickwork.store import encoding
+
+CLAIM_VARIANTS = ("claim returning id", "claim returning 52 columns")
+WRITE_VARIANTS = (
+    "write as sent",
+    "write without ON CONFLICT",
+    "write without the execution row",
+    "write's JSON parsed alone",
+    "update of status by key",
+)
+_PICK = (
+    f"SELECT id FROM tickwork_tasks WHERE {_CLAIMABLE} ORDER BY next_run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED"
+)
+
+
+def claim_variants(texts: dict[str, str]) -> dict[str, str]:
+    """The claim's update alone (as the node sets a claimed row), returning its id, or the
+    columns a node's claim returns."""
+    returned = texts["claimed_task"]
+    sets = (
+        "status = 'RUNNING', version = t.version + 1, lease_owner = %(node)s, "
+        "lease_expires_at = clock_timestamp() + make_interval(secs => 30), attempt = t.attempt + 1, "
+        "updated_at = now(), " + texts["run_on_task"].replace(":now", "now()")
+    )
+    update = f"UPDATE tickwork_tasks t SET {sets} WHERE t.id = ANY(ARRAY({_PICK})) RETURNING "
+    return dict(zip(CLAIM_VARIANTS, (update + "t.id", update + returned), strict=True))
+
+
+def write_variants(text: str) -> dict[str, str]:
+    """The result write as the node sends it, and with one part cut out."""
+    head = text[: text.index("settled AS (")].rstrip().rstrip(",")
+    without_conflict = re.sub(r"ON CONFLICT \(id\) DO UPDATE.*?WHERE e\.status = 'RUNNING'", "", text, flags=re.S)
+    without_log = re.sub(r", logged AS \(.*?\n\)\nSELECT", "\nSELECT", text, flags=re.S)
+    if without_conflict == text or without_log == text:
+        raise SystemExit("write_outcomes_batch changed shape: update bench/db_statements.py")
+    by_key = "UPDATE tickwork_tasks SET status = 'COMPLETED' WHERE id = ANY(%(ids)s) RETURNING id"
+    parsed = head + "\nSELECT o.task_id AS id FROM o"
+    return dict(zip(WRITE_VARIANTS, (text, without_conflict, without_log, parsed, by_key), strict=True))
+
+
+def one(folder: Path, n: int, variant: str) -> float:
+    """The database's CPU µs per row of ``variant`` on a fresh store of n due tasks."""
+    store = fresh_store("skip_locked", folder)
+    try:
+        schedule(store, [datetime.now(UTC) - timedelta(seconds=1)] * n)
+        app = App(store.url, claim="skip_locked")
+        try:
+            texts: dict[str, str] = app.store.dialect.texts  # type: ignore[attr-defined]
+            claims = claim_variants(texts)
+            with psycopg.connect(store.url, autocommit=True) as conn:
+                cur = conn.cursor(binary=True)
+                if variant in CLAIM_VARIANTS:
+                    return run(n, lambda: _drain(cur, claims[variant]))
+                batches = []
+                while got := app.store.claim(NODE, ["bench.noop"], BATCH, 30.0):
+                    batches.append(got)
+                now = app.store.approximate_now()
+                params = [_write_params([outcome_of(c, ExecutionStatus.COMPLETED, now, started_at=now) for c in b])
+                          for b in batches]  # fmt: skip
+                text = write_variants(texts["write_outcomes_batch"])[variant]
+                return run(n, lambda: sum(len(cur.execute(text, p).fetchall()) for p in params))
+        finally:
+            app.close()
+    finally:
+        drop(store)
+
+
+def _drain(cur: psycopg.Cursor[Any], text: str) -> int:
+    count = 0
+    while rows := cur.execute(text, {"node": NODE}).fetchall():
+        count += len(rows)
+    return count
+
+
+def _write_params(outcomes: list[Any]) -> dict[str, Any]:
+    batch = "[" + ",".join(o for o in map(encoding.outcome_json, outcomes) if o is not None) + "]"
+    return {"node": NODE, "expired_only": False, "batch": batch, "ids": [o.task_id for o in outcomes]}
+
+
+def run(n: int, work: Callable[[], int]) -> float:
+    rows, database_us, _ = timed(n, work)
+    if rows != n:
+        raise SystemExit(f"{rows} rows of {n}")
+    return database_us
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    variants = [*CLAIM_VARIANTS, *WRITE_VARIANTS]
+    figures: dict[str, list[float]] = defaultdict(list)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.rounds):
+            for variant in variants:  # alternating, so that a slow spell hits them all
+                figures[variant].append(one(Path(tmp), args.tasks, variant))
+            print(f"# round {i + 1}: " + ", ".join(f"{v} {figures[v][-1]:.1f}" for v in variants), flush=True)
+    print("| statement (median) | database CPU µs/row |")
+    print("|---|---|")
+    for variant in variants:
+        print(f"| {variant} | {statistics.median(figures[variant]):.1f} |")
+
+
+if __name__ == "__main__":
+    main()
