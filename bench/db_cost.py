@@ -41,9 +41,11 @@ NODE = "bench-db-cost"
 
 def timed(n: int, work: Callable[[], Any]) -> tuple[Any, float, float]:
     """``work()``'s result, and the database's and this process's CPU µs per task."""
-    database, client = database_cpu(), time.process_time()
+    database = database_cpu()
+    client = time.process_time()
     result = work()
-    database_after, client_after = database_cpu(), time.process_time()
+    client_after = time.process_time()
+    database_after = database_cpu()  # after the client's reading: reading /proc costs CPU too
     if database is None or database_after is None:
         raise SystemExit("no PostgreSQL runs on this machine: its CPU cannot be read here")
     return result, 1e6 * (database_after - database) / n, 1e6 * (client_after - client) / n

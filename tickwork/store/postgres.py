@@ -192,7 +192,7 @@ class PostgresDialect:
                 "autocommit": autocommit,
                 # The hot path's statements are prepared at their first run (psycopg's
                 # default waits for the fifth): unprepared, each pooled connection's first
-                # claims were parsed and planned afresh, ~3 ms of the server's CPU each.
+                # claims were parsed and planned afresh, ~3 ms in the server each.
                 **({"options": self.hot_path_options, "prepare_threshold": 0} if autocommit else {}),
             },
             configure=self._configure,
