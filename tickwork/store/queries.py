@@ -31,7 +31,12 @@ def parse(text: str) -> dict[str, str]:
 def _code(line: str) -> str:
     """A line without its comment and indentation: the text a driver scans on every run
     is shorter (psycopg caches what it makes of a query only under 4 KB: the outcome
-    batch's, comments and all, was over it). ``--`` inside a quoted literal stays."""
+    batch's, comments and all, was over it). ``--`` inside a quoted literal stays. Read at
+    every process start: the usual line (no comment, or no literal) skips the walk."""
+    if "--" not in line:
+        return line.strip()
+    if "'" not in line:
+        return line[: line.index("--")].strip()
     quoted = False
     for i, char in enumerate(line):
         if char == "'":
