@@ -28,8 +28,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.node_cpu import database_cpu
 from bench.peers import bare
+from bench.pg_cpu import database_cpu
 from bench.tickwork_bench import _postgres_ceiling, drop, fresh_store, schedule
 from tickwork import App
 from tickwork.model import ExecutionStatus

@@ -6,7 +6,7 @@ claim with and without its 52 returned columns, the result write whole and witho
 
 Each variant runs on a fresh database of due tasks (PostgreSQL on this machine), from
 this process, 500 rows a statement, and is timed by the CPU all of PostgreSQL's
-processes spent (``bench.node_cpu.database_cpu``). The variants are tickwork's own
+processes spent (``bench.pg_cpu.database_cpu``). The variants are tickwork's own
 statements (the store's text, as the node sends it) with one part cut out, so each
 difference is that part's cost; the figures are for choosing what to change, not
 for comparing with other systems. Prints each round and the median per variant.

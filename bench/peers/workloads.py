@@ -5,7 +5,6 @@ deadline passed: then the figures say how many ran)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.peers.systems import System
+from bench.pg_cpu import database_cpu
 from bench.sparse import cpu_seconds
 from bench.tickwork_bench import ROOT, Run, drop, fresh_store, lateness_ms, pct
 
@@ -35,34 +35,6 @@ def _cpu_s(run: Run) -> float:
     return total
 
 
-def database_cpu_s() -> float | None:
-    """User + system CPU of this machine's PostgreSQL so far: its live processes', plus
-    what the postmaster has collected from the backends that ended (a system whose
-    workers exit when they are done takes its backends with it). None when no PostgreSQL
-    process is visible here (a database on another host)."""
-    total, found = 0.0, False
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if (entry / "comm").read_text().strip() not in ("postgres", "postmaster"):
-                continue
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            own = int(fields[11]) + int(fields[12])
-            reaped = int(fields[13]) + int(fields[14]) if _is_postmaster(fields[1]) else 0
-            total += (own + reaped) / os.sysconf("SC_CLK_TCK")
-            found = True
-    return total if found else None
-
-
-def _is_postmaster(parent: str) -> bool:
-    """Whether a postgres process whose parent is ``parent`` is the postmaster (the one
-    whose parent is not a postgres process)."""
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{parent}/comm").read_text().strip() not in ("postgres", "postmaster")
-    return True
-
-
 def _ran(starts: list[tuple[int, float]]) -> int:
     return len({b for b, _ in starts})
 
@@ -75,12 +47,12 @@ def w1(system: System, folder: Path, n: int) -> dict[str, float]:
     try:
         took, _ = system.enqueue(store.url, [datetime.now(UTC) - timedelta(seconds=1)] * n)
         run = Run(store, folder)
-        database_before = database_cpu_s()
+        database_before = database_cpu()
         launched = time.time()
         _launch(run, system)
         starts = run.wait_for(n)
         cpu = _cpu_s(run)
-        database_after = database_cpu_s()
+        database_after = database_cpu()
         run.stop()
         times = sorted(t for _, t in starts)
         figures = {
