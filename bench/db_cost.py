@@ -32,8 +32,9 @@ from bench.peers import bare
 from bench.pg_cpu import database_cpu
 from bench.tickwork_bench import _postgres_ceiling, drop, fresh_store, schedule
 from tickwork import App
-from tickwork.model import ExecutionStatus
+from tickwork.model import Claim, ExecutionStatus, Outcome
 from tickwork.schedules import outcome_of
+from tickwork.store.base import Store
 
 BATCH = 500
 NODE = "bench-db-cost"
@@ -77,6 +78,20 @@ def ceiling_loop(folder: Path, n: int) -> tuple[float, float]:
         drop(store)
 
 
+def claim_all(tasks: Store) -> list[list[Claim]]:
+    """Every due task claimed, ``BATCH`` at a time, as a node claims them."""
+    batches = []
+    while claims := tasks.claim(NODE, ["bench.noop"], BATCH, 30.0):
+        batches.append(claims)
+    return batches
+
+
+def completed(tasks: Store, batches: list[list[Claim]]) -> list[list[Outcome]]:
+    """Each claimed run's outcome as if it COMPLETED now, batch by batch."""
+    now = tasks.approximate_now()
+    return [[outcome_of(c, ExecutionStatus.COMPLETED, now, started_at=now) for c in b] for b in batches]
+
+
 def claim_and_write(folder: Path, n: int) -> dict[str, tuple[float, float]]:
     store = fresh_store("skip_locked", folder)
     try:
@@ -86,15 +101,8 @@ def claim_and_write(folder: Path, n: int) -> dict[str, tuple[float, float]]:
             tasks = app.store
             tasks.claim(NODE, ["nothing.due"], 1, 30.0)  # the pool and the clock, outside the figures
 
-            def claim_all() -> list[list[Any]]:
-                batches = []
-                while claims := tasks.claim(NODE, ["bench.noop"], BATCH, 30.0):
-                    batches.append(claims)
-                return batches
-
-            batches, claim_db, claim_client = timed(n, claim_all)
-            now = tasks.approximate_now()
-            outcomes = [[outcome_of(c, ExecutionStatus.COMPLETED, now, started_at=now) for c in b] for b in batches]
+            batches, claim_db, claim_client = timed(n, lambda: claim_all(tasks))
+            outcomes = completed(tasks, batches)
             written, write_db, write_client = timed(n, lambda: sum(sum(tasks.finish(NODE, o)) for o in outcomes))
             if written != n:
                 raise SystemExit(f"{written} of {n} results written")

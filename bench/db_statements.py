@@ -7,9 +7,9 @@ claim with and without its 52 returned columns, the result write whole and witho
 Each variant runs on a fresh database of due tasks (PostgreSQL on this machine), from
 this process, 500 rows a statement, and is timed by the CPU all of PostgreSQL's
 processes spent (``bench.pg_cpu.database_cpu``). The variants are tickwork's own
-statements (the store's text, as the node sends it) with one part cut out, so each
-difference is that part's cost; the figures are for choosing what to change, not
-for comparing with other systems. Prints each round and the median per variant.
+statements (the store's text, as the node sends it, on a connection set up as the
+node's are) with one part cut out, so each difference is that part's cost; the figures
+are for choosing what to change, not for comparing with other systems. Prints each round and the median per variant.
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ from typing import Any
 
 import psycopg
 
-from bench.db_cost import BATCH, NODE, timed
+from bench.db_cost import BATCH, NODE, claim_all, completed, timed
 from bench.tickwork_bench import _CLAIMABLE, drop, fresh_store, schedule
 from tickwork import App
-from tickwork.model import ExecutionStatus
-from tickwork.schedules import outcome_of
 from tickwork.store import encoding
 
 CLAIM_VARIANTS = ("claim returning id", "claim returning 52 columns")
@@ -78,18 +76,15 @@ def one(folder: Path, n: int, variant: str) -> float:
         schedule(store, [datetime.now(UTC) - timedelta(seconds=1)] * n)
         app = App(store.url, claim="skip_locked")
         try:
-            texts: dict[str, str] = app.store.dialect.texts  # type: ignore[attr-defined]
-            claims = claim_variants(texts)
-            with psycopg.connect(store.url, autocommit=True) as conn:
+            dialect: Any = app.store.dialect  # type: ignore[attr-defined]
+            texts: dict[str, str] = dialect.texts
+            # Set up as the node's hot-path connections are (generic plans, prepared at once).
+            hot_path = {**dialect.connect_kwargs, "options": dialect.hot_path_options, "prepare_threshold": 0}
+            with psycopg.connect(store.url, autocommit=True, **hot_path) as conn:
                 cur = conn.cursor(binary=True)
                 if variant in CLAIM_VARIANTS:
-                    return run(n, lambda: _drain(cur, claims[variant]))
-                batches = []
-                while got := app.store.claim(NODE, ["bench.noop"], BATCH, 30.0):
-                    batches.append(got)
-                now = app.store.approximate_now()
-                params = [_write_params([outcome_of(c, ExecutionStatus.COMPLETED, now, started_at=now) for c in b])
-                          for b in batches]  # fmt: skip
+                    return run(n, lambda: _drain(cur, claim_variants(texts)[variant]))
+                params = [_write_params(outcomes) for outcomes in completed(app.store, claim_all(app.store))]
                 text = write_variants(texts["write_outcomes_batch"])[variant]
                 return run(n, lambda: sum(len(cur.execute(text, p).fetchall()) for p in params))
         finally:

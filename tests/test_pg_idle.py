@@ -1,6 +1,7 @@
 """A pooled connection the server has closed is found before a statement is sent on it
 (store/pg_idle.py): after an outage that ended every session, the first claim on each
-dead pooled connection used to fail and pause its node, so nodes resumed seconds late."""
+dead pooled connection used to fail and pause its node, so nodes resumed seconds late.
+And what else a hot-path connection promises: its statements are prepared at once."""
 
 from __future__ import annotations
 
@@ -72,5 +73,19 @@ def test_the_schema_check_after_the_server_ended_the_pooled_connection_goes_thro
         assert d.migrate() == version  # before: "terminating connection due to administrator command"
         with d.autocommit_pool.connection() as conn:
             assert conn.info.backend_pid != pid
+    finally:
+        d.close()
+
+
+def test_a_hot_path_statement_is_prepared_at_its_first_run(pg_url: str) -> None:
+    """Unprepared, each pooled connection's first claims were parsed and planned afresh
+    (psycopg's default prepares at the fifth run): the server lists it after one run."""
+    d = PostgresDialect(pg_url, pool_size=1)
+    try:
+        with d.single() as s:
+            assert s.fetch_one("clock", {}) is not None
+        with d.autocommit_pool.connection() as conn:  # the pool's one connection
+            prepared = conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()
+        assert any("clock_timestamp()" in statement for (statement,) in prepared), prepared
     finally:
         d.close()
