@@ -89,3 +89,33 @@ def test_a_hot_path_statement_is_prepared_at_its_first_run(pg_url: str) -> None:
         assert any("clock_timestamp()" in statement for (statement,) in prepared), prepared
     finally:
         d.close()
+
+
+def test_the_due_times_are_read_without_a_transaction_of_their_own(pg_url: str) -> None:
+    """An idle node reads its next due times every poll interval: in a transaction, its
+    BEGIN and COMMIT were two more round trips (and thread wake-ups) than the statement."""
+    from datetime import UTC, datetime, timedelta
+
+    from tickwork import App
+
+    app = App(pg_url)
+
+    @app.task(name="t.later", context=False)
+    def later() -> None:
+        pass
+
+    at = datetime.now(UTC) + timedelta(hours=1)
+    app.schedule("t.later", at=at)
+    store: Any = app.store
+    dialect = store.dialect
+
+    def no_transaction() -> None:
+        raise AssertionError("the due-time read opened a transaction")
+
+    try:
+        dialect.transaction = dialect.reader = no_transaction
+        [due] = store.upcoming_due(["t.later"])
+        assert due.at == at and due.early
+    finally:
+        del dialect.transaction, dialect.reader
+        app.close()

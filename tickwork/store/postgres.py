@@ -247,6 +247,7 @@ class PostgresDialect:
                 return
 
     reader = transaction
+    single_read = single
 
     def _session(self, cursor: psycopg.Cursor[Any]) -> PgSession:
         return PgSession(cursor, self.texts, self.copy_types, self.claim_rows)

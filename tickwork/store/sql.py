@@ -105,7 +105,7 @@ class SQLStore(QueueOps):
 
     def upcoming_due(self, names: Sequence[str], queues: Sequence[str] | None = None, ahead: int = 64) -> list[DueTime]:
         params = {"names": self.dialect.encode_names(names), "ahead": ahead, **queue_params(self.dialect, queues)}
-        with self.dialect.reader() as s:
+        with self.dialect.single_read() as s:
             rows = s.fetch_all("upcoming_due", params)
         return [DueTime(self._rows.time(r["at"]), bool(r["early"])) for r in rows]
 

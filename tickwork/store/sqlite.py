@@ -161,6 +161,8 @@ class SQLiteDialect:
     def reader(self) -> Iterator[_Session]:
         yield _Session(self._conn(), self.texts)
 
+    single_read = reader  # a read takes no lock of the file's writers
+
     def migrate(self) -> int:
         migrations = sorted(
             (int(m.group(1)), entry.name)

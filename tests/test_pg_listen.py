@@ -1,0 +1,138 @@
+"""The listening connection (store/pg_listen.py) waits on its socket, not in psycopg's
+0.1 s steps: what it must still do is deliver every NOTIFY soon after it is sent,
+whether the thread was waiting on the socket or busy with the keeper query when it
+came, see a stop, and come back after its session is ended."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.conftest import wait_for
+from tickwork.store import pg_listen
+from tickwork.store.dialect import Election
+from tickwork.store.pg_listen import CHANNEL, LISTEN_TURN_S, Listener
+
+TAKE_KEEPER = "SELECT pg_try_advisory_lock(4242, hashtext(%(group)s)) AS took"
+
+
+class Heard:
+    def __init__(self) -> None:
+        self.payloads: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, payload: str) -> None:
+        with self.lock:
+            self.payloads.append(payload)
+
+    def seen(self) -> list[str]:
+        with self.lock:
+            return list(self.payloads)
+
+
+@pytest.fixture
+def listening(pg_url: str) -> Iterator[tuple[Heard, threading.Event, threading.Thread]]:
+    heard, stop = Heard(), threading.Event()
+    listener = Listener(pg_url, {}, TAKE_KEEPER)
+    thread = threading.Thread(target=listener.run, args=(heard, stop, None), daemon=True)
+    thread.start()
+    wait_for(lambda: "" in heard.seen(), timeout=10)  # listening: told once at the start
+    yield heard, stop, thread
+    stop.set()
+    thread.join(10)
+
+
+def notify(url: str, *payloads: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for payload in payloads:
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+
+
+def listener_pid(url: str) -> int:
+    def pid() -> int | None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE query = %s AND datname = current_database()",
+                (f"LISTEN {CHANNEL}",),
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    found = wait_for(pid, timeout=10)
+    assert isinstance(found, int)
+    return found
+
+
+def test_each_notify_is_heard_in_order_while_the_listener_waits(
+    pg_url: str, listening: tuple[Heard, threading.Event, threading.Thread]
+) -> None:
+    heard, _, _ = listening
+    notify(pg_url, "one", "two")
+    notify(pg_url, "three")
+    wait_for(lambda: heard.seen()[-3:] == ["one", "two", "three"], timeout=5)
+    assert [p for p in heard.seen() if p] == ["one", "two", "three"]
+
+
+def test_a_stop_ends_the_listener_within_a_turn(listening: tuple[Heard, threading.Event, threading.Thread]) -> None:
+    _, stop, thread = listening
+    stopped_at = time.monotonic()
+    stop.set()
+    thread.join(LISTEN_TURN_S + 5)
+    assert not thread.is_alive()
+    assert time.monotonic() - stopped_at < LISTEN_TURN_S + 5
+
+
+def test_an_ended_session_is_replaced_and_heard_from_again(
+    pg_url: str, listening: tuple[Heard, threading.Event, threading.Thread]
+) -> None:
+    heard, _, _ = listening
+    pid = listener_pid(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    # Told again (""): notifications sent while it was away are lost, the node must look.
+    wait_for(lambda: heard.seen().count("") >= 2, timeout=15)
+    wait_for(lambda: listener_pid(pg_url) != pid, timeout=10)
+    notify(pg_url, "after")
+    wait_for(lambda: "after" in heard.seen(), timeout=5)
+
+
+def in_keeper_query(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s AND pid <> pg_backend_pid()",
+            ("%pg_sleep(0.3)%",),
+        ).fetchone()
+    return row is not None
+
+
+def test_a_notify_that_came_with_the_keeper_query_is_heard(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NOTIFY that arrives while a keeper retry runs is read with its result, not
+    from the socket: it must be heard then, not when something next comes on the socket
+    (here nothing comes, and the next retry is a minute away)."""
+    group = "listen-test"
+    holder: psycopg.Connection[Any] = psycopg.connect(pg_url, autocommit=True)
+    try:
+        holder.execute(TAKE_KEEPER, {"group": group})  # another node is keeper
+        roles: list[bool | None] = []
+        heard, stop = Heard(), threading.Event()
+        slow_keeper = f"SELECT took FROM ({TAKE_KEEPER}) AS t, pg_sleep(0.3)"
+        listener = Listener(pg_url, {}, slow_keeper)
+        election = Election(group, roles.append)
+        thread = threading.Thread(target=listener.run, args=(heard, stop, election), daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: roles == [False], timeout=10)  # the first try, at the start
+            wait_for(lambda: in_keeper_query(pg_url), timeout=10)  # the first retry
+            monkeypatch.setattr(pg_listen, "KEEPER_RETRY_S", 60.0)
+            notify(pg_url, "during")  # arrives before the query's result
+            wait_for(lambda: "during" in heard.seen(), timeout=10)
+            assert roles == [False, False]
+        finally:
+            stop.set()
+            thread.join(10)
+    finally:
+        holder.close()
