@@ -48,11 +48,7 @@ def claim_variants(texts: dict[str, str]) -> dict[str, str]:
     """The claim's update alone (as the node sets a claimed row), returning its id, or the
     columns a node's claim returns."""
     returned = texts["claimed_task"]
-    sets = (
-        "status = 'RUNNING', version = t.version + 1, lease_owner = %(node)s, "
-        "lease_expires_at = clock_timestamp() + make_interval(secs => 30), attempt = t.attempt + 1, "
-        "updated_at = now(), " + texts["run_on_task"].replace(":now", "now()")
-    )
+    sets = texts["claimed_set"].replace("%(lease)s", "30")  # the node's own: %(node)s
     update = f"UPDATE tickwork_tasks t SET {sets} WHERE t.id = ANY(ARRAY({_PICK})) RETURNING "
     return dict(zip(CLAIM_VARIANTS, (update + "t.id", update + returned), strict=True))
 

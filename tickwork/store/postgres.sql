@@ -157,9 +157,7 @@ picked AS (
     LIMIT :limit
 ), claimed AS (
     UPDATE tickwork_tasks t
-    SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
-        lease_expires_at = clock_timestamp() + make_interval(secs => :lease), attempt = t.attempt + 1,
-        updated_at = :now, {{run_on_task}}
+    SET {{claimed_set}}
     -- by primary key, as an array: joined to picked, a generic plan (the hot path's, its
     -- LIMIT unknown) would hash the whole table
     WHERE t.id = ANY(ARRAY(SELECT id FROM picked))
@@ -192,20 +190,21 @@ WITH candidate AS (
     FOR NO KEY UPDATE OF t SKIP LOCKED
 ), claimed AS (
     UPDATE tickwork_tasks t
-    SET status = 'RUNNING', version = t.version + 1, lease_owner = :node,
-        lease_expires_at = clock_timestamp() + make_interval(secs => :lease), attempt = t.attempt + 1,
-        updated_at = :now, {{run_on_task}}
+    SET {{claimed_set}}
     FROM locked
     WHERE t.id = locked.id
     RETURNING {{claimed_task}}
 )
 SELECT * FROM claimed;
 
--- name: run_on_task
--- (A fragment: the SET list's end in both claims.) The run a claim starts, on its task's
--- row until its execution row is written at its end (migration 0014): its id, from the
--- executions' sequence, its attempt, its start and its slot (tickwork.schedules.run_slot).
-run_id = nextval('tickwork_executions_id_seq'), run_attempt = t.attempt + 1,
+-- name: claimed_set
+-- (A fragment: the SET list of both claims, over task t; bench/db_statements.py times it
+-- too.) The lease, then the run a claim starts, on its task's row until its execution
+-- row is written at its end (migration 0014): its id, from the executions' sequence, its
+-- attempt, its start and its slot (tickwork.schedules.run_slot).
+status = 'RUNNING', version = t.version + 1, lease_owner = :node,
+        lease_expires_at = clock_timestamp() + make_interval(secs => :lease), attempt = t.attempt + 1,
+        updated_at = :now, run_id = nextval('tickwork_executions_id_seq'), run_attempt = t.attempt + 1,
         run_started_at = GREATEST(:now, t.next_run_at),
         run_scheduled_for = CASE WHEN t.triggered THEN t.next_run_at ELSE t.scheduled_at END, run_note = NULL
 
