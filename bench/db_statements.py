@@ -49,6 +49,8 @@ def claim_variants(texts: dict[str, str]) -> dict[str, str]:
     columns a node's claim returns."""
     returned = texts["claimed_task"]
     sets = texts["claimed_set"].replace("%(lease)s", "30")  # the node's own: %(node)s
+    if set(re.findall(r"%\((\w+)\)s", sets)) != {"node"}:
+        raise SystemExit("claimed_set changed its parameters: update bench/db_statements.py")
     update = f"UPDATE tickwork_tasks t SET {sets} WHERE t.id = ANY(ARRAY({_PICK})) RETURNING "
     return dict(zip(CLAIM_VARIANTS, (update + "t.id", update + returned), strict=True))
 

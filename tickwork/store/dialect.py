@@ -97,8 +97,9 @@ class Dialect(Protocol):
 
     def single_read(self) -> contextlib.AbstractContextManager[Session]:
         """For one read statement, which reads one snapshot by itself: no transaction of
-        its own where the dialect can spare one (on PostgreSQL, its BEGIN and COMMIT
-        were two of an idle node's five round trips a second)."""
+        its own where the dialect can spare one (on PostgreSQL, the due-time read's BEGIN
+        and COMMIT were two more round trips, each a wake-up of an idle node's poll loop,
+        every second)."""
         ...
 
     def migrate(self) -> int: ...

@@ -22,8 +22,9 @@ LISTEN_TURN_S = 0.5
 """How long one wait for notifications lasts: a stop, or a keeper role to try for, is
 looked at this often. The wait is on the connection's socket itself: psycopg's own
 ``notifies(timeout=...)`` wakes every 0.1 s to look for a KeyboardInterrupt, which made
-the listening thread of an idle node wake ten times a second (0.9 ms of CPU a second,
-half of an idle node's; measured with the socket wait: 2 wake-ups a second)."""
+the listening thread of an idle node wake ten times a second (~1 ms of CPU a second,
+half of an idle node's: ``bench.idle``); on the socket, twice (a follower's keeper
+retry once a second besides)."""
 KEEPER_RETRY_S = 1.0
 """How often a node that is not its group's keeper tries for the role: how soon another
 takes over from a keeper that stopped or lost its connection."""
@@ -72,16 +73,16 @@ class Listener:
         elect: Election | None,
     ) -> None:
         keeper, next_try, arrived = False, 0.0, True
-        with selectors.DefaultSelector() as socket:
-            socket.register(conn.fileno(), selectors.EVENT_READ)
+        with selectors.DefaultSelector() as readable:
+            readable.register(conn.fileno(), selectors.EVENT_READ)
             while not stop.is_set():
                 if elect is not None and not keeper and time.monotonic() >= next_try:
                     row = conn.execute(self.take_keeper, {"group": elect.group}).fetchone()
                     keeper = bool(row and row[0])
                     elect.on_role(keeper)
                     next_try = time.monotonic() + KEEPER_RETRY_S
-                    arrived = True  # notifications may have come with its result
+                    arrived = True  # notifications may have come with its result (psycopg keeps them)
                 if arrived:  # read what came, without waiting (a lost connection raises)
                     for notification in conn.notifies(timeout=0):
                         on_notify(notification.payload)
-                arrived = bool(socket.select(LISTEN_TURN_S))
+                arrived = bool(readable.select(LISTEN_TURN_S))

@@ -116,7 +116,8 @@ HOT_PATH_SETTINGS = {
     # keeps planning a claim's LATERAL walk of its queues afresh on every run (a custom
     # plan each time: its estimate for an array parameter is never beaten by the generic
     # plan's), which costs more than the walk itself. Only the autocommit pool's
-    # connections, which run nothing else: the listings' optional filters need custom plans.
+    # connections, which run nothing else but the poll loop's one-statement reads (the
+    # clock, the due times: index walks too): the listings' optional filters need custom plans.
     "plan_cache_mode": "force_generic_plan",
 }
 
