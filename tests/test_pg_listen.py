@@ -5,6 +5,7 @@ back after its session is ended."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -33,6 +34,9 @@ class Heard:
         with self.lock:
             return list(self.payloads)
 
+    def has(self, payload: str) -> bool:
+        return payload in self.seen()
+
 
 @pytest.fixture
 def listening(pg_url: str) -> Iterator[tuple[Heard, threading.Event, threading.Thread]]:
@@ -53,17 +57,23 @@ def notify(url: str, *payloads: str) -> None:
             conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
 
 
+def session(url: str, where: str, *params: object) -> tuple[Any, ...] | None:
+    """The pid of this database's newest other session matching ``where`` (a fixed
+    condition of this file, its values as ``params``), or None."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        query = (
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND " + where + " ORDER BY backend_start DESC LIMIT 1"
+        )
+        return conn.execute(query, params).fetchone()
+
+
 def listener_pid(url: str) -> int:
     """The listening session: the newest of this database whose LISTEN has finished (a
     previous test's may linger a moment after its close)."""
 
     def pid() -> int | None:
-        with psycopg.connect(url, autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE query = %s AND state = 'idle'"
-                " AND datname = current_database() ORDER BY backend_start DESC LIMIT 1",
-                (f"LISTEN {CHANNEL}",),
-            ).fetchone()
+        row = session(url, "query = %s AND state = 'idle'", f"LISTEN {CHANNEL}")
         return None if row is None else int(row[0])
 
     found = wait_for(pid, timeout=10)
@@ -104,7 +114,7 @@ def test_the_listener_reads_its_connection_only_without_waiting(
     monkeypatch.setattr(psycopg.Connection, "notifies", spied)
     for i in range(3):  # each read after the spy is in place
         notify(pg_url, f"spied{i}")
-        wait_for(lambda i=i: f"spied{i}" in heard.seen(), timeout=5)
+        wait_for(functools.partial(heard.has, f"spied{i}"), timeout=5)
     assert timeouts and set(timeouts) == {0}
 
 
@@ -128,13 +138,7 @@ sends its NOTIFY while the query waits, then lets it finish."""
 
 
 def keeper_query_waits(url: str) -> bool:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
-            " AND datname = current_database() AND query LIKE %s",
-            (f"%pg_advisory_xact_lock({HELD})%",),
-        ).fetchone()
-    return row is not None
+    return session(url, "wait_event = 'advisory' AND query LIKE %s", f"%pg_advisory_xact_lock({HELD})%") is not None
 
 
 def test_a_notify_that_came_with_the_keeper_query_is_heard(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
