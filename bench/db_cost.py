@@ -113,11 +113,25 @@ def claim_and_write(folder: Path, n: int) -> dict[str, tuple[float, float]]:
         drop(store)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(doc: str | None) -> argparse.Namespace:
+    """--tasks and --rounds, as these database benches take them."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def print_medians(heading: str, figures: dict[str, list[tuple[float, float]]]) -> None:
+    """The median database and client CPU per task of each measured thing, as a table."""
+    print(f"| {heading} | database CPU µs/task | client CPU µs/task |")
+    print("|---|---|---|")
+    for name, pairs in figures.items():
+        db, client = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+        print(f"| {name} | {db:.1f} | {client:.1f} |")
+
+
+def main() -> None:
+    args = arguments(__doc__)
     figures: dict[str, list[tuple[float, float]]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -128,11 +142,7 @@ def main() -> None:
             print(f"# round {i + 1}, database (client) CPU us per task: {shown}", flush=True)
             for name, pair in this.items():
                 figures[name].append(pair)
-    print("| phase | database CPU µs/task | client CPU µs/task |")
-    print("|---|---|---|")
-    for name, pairs in figures.items():
-        db, client = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
-        print(f"| {name} | {db:.1f} | {client:.1f} |")
+    print_medians("phase", figures)
 
 
 if __name__ == "__main__":

@@ -23,18 +23,15 @@ batch): the difference between them is the layout's, which is what this measures
 
 from __future__ import annotations
 
-import argparse
 import re
-import statistics
 import tempfile
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
-from bench.db_cost import BATCH, NODE, timed
+from bench.db_cost import BATCH, NODE, arguments, print_medians, timed
 from bench.tickwork_bench import drop, fresh_store, schedule
 from tickwork.store.postgres import PostgresDialect
 
@@ -135,10 +132,7 @@ def one(folder: Path, n: int, layout: str) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=int, default=20_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = arguments(__doc__)
     figures: dict[str, list[tuple[float, float]]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
@@ -146,12 +140,7 @@ def main() -> None:
                 database_us, client_us = one(Path(tmp), args.tasks, layout)
                 figures[layout].append((database_us, client_us))
                 print(f"# round {i + 1} {layout}: database {database_us:.1f} µs, client {client_us:.1f} µs a task")
-    print("| layout (median) | database CPU µs/task | client CPU µs/task |")
-    print("|---|---|---|")
-    for layout in LAYOUTS:
-        database: Any = statistics.median(f[0] for f in figures[layout])
-        client: Any = statistics.median(f[1] for f in figures[layout])
-        print(f"| {layout} | {database:.1f} | {client:.1f} |")
+    print_medians("layout (median)", figures)
 
 
 if __name__ == "__main__":
