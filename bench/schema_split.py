@@ -32,7 +32,7 @@ from pathlib import Path
 import psycopg
 
 from bench.db_cost import BATCH, NODE, arguments, print_medians, timed
-from bench.tickwork_bench import drop, fresh_store, schedule
+from bench.tickwork_bench import _CLAIMABLE, drop, fresh_store, schedule
 from tickwork.store.postgres import PostgresDialect
 
 LAYOUTS = ("one row", "split")
@@ -75,8 +75,11 @@ def statements(texts: dict[str, str], table: str) -> tuple[str, str]:
     """The claim and the settle on ``table`` (tickwork_tasks or split_state); on the
     split layout the claim joins the definition for the columns a claim returns."""
     sets = texts["claimed_set"].replace("%(lease)s", "30")
+    # Each layout's pick walks its claim index (tickwork's: the plain tasks' partial index,
+    # whose predicate it must repeat; a pick that did not was a sequential scan a claim).
+    claimable = _CLAIMABLE if table == "tickwork_tasks" else "queue = 'default' AND status = 'PENDING'"
     pick = (
-        f"SELECT id FROM {table} WHERE status = 'PENDING' AND queue = 'default' AND next_run_at <= now()"
+        f"SELECT id FROM {table} WHERE {claimable} AND next_run_at <= now()"
         f" ORDER BY next_run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED"
     )
     returned = texts["claimed_task"]
