@@ -1,6 +1,6 @@
 """What a run would cost the database if a task's run state lived in a narrow table of
-its own: the schema change the README's performance section names as the next lever,
-measured before anyone builds it.
+its own: the schema change an earlier round took for the next lever, measured before
+anyone builds it (the README's performance section has the figures: about 0.8 of one row's CPU).
 
     .venv/bin/python -m bench.schema_split [--tasks 20000] [--rounds 3]
 
@@ -12,9 +12,9 @@ task COMPLETED and its execution row inserted, in one statement):
 * ``one row``: tickwork's tables as migrated: the claim and the settle each update the
   task's row of 52 columns (the claim's SET list is tickwork's own, ``claimed_set``);
 * ``split``: the same tasks, their run state (status, queue, due time, lease, version,
-  attempt, the run's columns) in a narrow table with the claim's partial index and the
-  lease index, updated by the claim and the settle; the definition read by a join from
-  a copy of the task table that nothing updates.
+  attempt, the run's columns) in a narrow table with a claim index and a lease index,
+  updated by the claim and the settle; the definition read by a join from a copy of the
+  task table that nothing updates.
 
 Per task: the CPU all of the local PostgreSQL's processes spent (``bench.pg_cpu``) and
 this process's. Neither loop is tickwork's node (no lane probe, no fencing, no JSON
