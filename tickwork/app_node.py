@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from tickwork import validate
+from tickwork import gc_young, validate
 from tickwork.app_edits import EditsMixin
 from tickwork.errors import InvalidInput, PruneBusy
 from tickwork.events import Events
@@ -145,6 +145,7 @@ class NodeMixin(EditsMixin):
         install_signals: bool = True,
         sync: bool = True,
         queues: Sequence[str] | None = None,
+        gc_threshold: int | None = gc_young.NODE_THRESHOLD,
     ) -> None:
         """Run a node in this thread until SIGINT/SIGTERM (or ``Worker.stop``), claiming
         from ``queues`` (default: every queue its registered tasks use).
@@ -156,9 +157,15 @@ class NodeMixin(EditsMixin):
         ``prefetch``: claims held beyond the busy slots; None adapts it to how long runs
         take (see ``worker.Prefetch``), 0 claims only free slots. ``sync``: bring the
         code schedules in line first (``sync_schedules``), as every node does unless
-        told not to."""
+        told not to. ``gc_threshold``: while the node runs, the process's cyclic garbage
+        collector waits for at least this many new objects before a collection
+        (``gc.set_threshold``; raised, never lowered, and put back at the end; None
+        leaves it alone): the node's objects live until its runs are written, and at
+        Python's default (700) the collector walked them again and again (see
+        tickwork/gc_young.py)."""
         from tickwork.node.autoscale import Autoscaler
 
+        gc_young.checked(gc_threshold)
         autoscaler = None
         if max_concurrency is not None:
             autoscaler = Autoscaler(
@@ -168,9 +175,9 @@ class NodeMixin(EditsMixin):
             self.open_store()  # told now; another store opens when the node first needs it
         if sync:
             self.sync_at_start()
-        self.worker(concurrency=concurrency, prefetch=prefetch, autoscaler=autoscaler, queues=queues).run(
-            install_signals=install_signals
-        )
+        node = self.worker(concurrency=concurrency, prefetch=prefetch, autoscaler=autoscaler, queues=queues)
+        with gc_young.raised(gc_threshold):
+            node.run(install_signals=install_signals)
 
     def node_settings(self) -> NodeSettings:
         return self.settings.node()

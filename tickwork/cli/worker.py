@@ -19,6 +19,7 @@ from tickwork.cli.common import (
     refuse_without_tasks,
 )
 from tickwork.errors import InvalidInput
+from tickwork.gc_young import MAX_THRESHOLD, NODE_THRESHOLD
 from tickwork.metrics import serve_metrics, watch_queue
 
 log = logging.getLogger("tickwork.worker")
@@ -67,6 +68,15 @@ log = logging.getLogger("tickwork.worker")
     show_default=True,
     help="Bring APP's @app.periodic schedules in line with its code at start-up (see `tickwork schedules sync`).",
 )
+@click.option(
+    "--gc-threshold",
+    type=click.IntRange(min=0, max=MAX_THRESHOLD),
+    default=NODE_THRESHOLD,
+    show_default=True,
+    metavar="N",
+    help="While the node runs, Python's cyclic garbage collector waits for at least N new objects "
+    "(gc.set_threshold; never lowered); 0 leaves it as it is.",
+)
 @log_options("the node's")
 @errors_as_messages
 def worker(
@@ -79,6 +89,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     sync: bool,
+    gc_threshold: int,
     log_level: str | None,
     log_format: str,
 ) -> None:
@@ -103,6 +114,7 @@ def worker(
         prefetch=prefetch,
         sync=sync,
         queues=served,
+        gc_threshold=gc_threshold or None,
     )
     _exit_past_leaked_threads()
 
