@@ -147,6 +147,8 @@ def main() -> None:
     parser.add_argument("--sparse", type=float, default=None, metavar="S", help="spread the tasks over S seconds")
     parser.add_argument("--gc-threshold", type=int, default=gc_young.NODE_THRESHOLD, metavar="N", help="0: as it is")
     args = parser.parse_args()
+    if not 0 <= args.gc_threshold <= gc_young.MAX_THRESHOLD:
+        parser.error(f"--gc-threshold: 0 to {gc_young.MAX_THRESHOLD}")
     figures = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):

@@ -4,8 +4,10 @@ back at the end; ``App.worker()`` (an embedded node) leaves it alone."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,13 +27,16 @@ DEFAULT = (700, 10, 10)
 
 @pytest.fixture(autouse=True)
 def thresholds() -> Iterator[None]:
-    """Each test starts from CPython's default thresholds and leaves the process's own."""
+    """Each test starts from CPython's default thresholds and no holder, and leaves the
+    process's own thresholds (and no holder) behind."""
     before = gc.get_threshold()
     gc.set_threshold(*DEFAULT)
     try:
         yield
+        assert gc_young._holders == 0
     finally:
         gc.set_threshold(*before)
+        gc_young._holders, gc_young._before, gc_young._set = 0, None, None
 
 
 def test_raised_inside_and_put_back_after() -> None:
@@ -60,13 +65,33 @@ def test_none_leaves_the_collector_alone() -> None:
 
 
 def test_put_back_only_when_the_last_holder_leaves() -> None:
-    first, second = gc_young.raised(10_000), gc_young.raised(20_000)
-    first.__enter__()
-    second.__enter__()
-    assert gc.get_threshold()[0] == 20_000
-    first.__exit__(None, None, None)
-    assert gc.get_threshold()[0] == 20_000  # the second node still runs
-    second.__exit__(None, None, None)
+    with contextlib.ExitStack() as first:
+        first.enter_context(gc_young.raised(10_000))
+        with contextlib.ExitStack() as second:
+            second.enter_context(gc_young.raised(20_000))
+            assert gc.get_threshold()[0] == 20_000
+            first.close()
+            assert gc.get_threshold()[0] == 20_000  # the second node still runs
+    assert gc.get_threshold() == DEFAULT
+
+
+def test_nodes_on_two_threads_in_any_order() -> None:
+    entered, leave_first, first_left = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with gc_young.raised(10_000):
+            entered.set()
+            leave_first.wait(10)
+        first_left.set()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert entered.wait(10)
+    with gc_young.raised(10_000):
+        leave_first.set()
+        assert first_left.wait(10)
+        assert gc.get_threshold()[0] == 10_000  # the first node left, this one still runs
+    thread.join(10)
     assert gc.get_threshold() == DEFAULT
 
 
@@ -76,13 +101,50 @@ def test_a_threshold_the_program_set_meanwhile_is_not_overwritten() -> None:
     assert gc.get_threshold() == (3_000, 10, 10)
 
 
+def test_older_generations_the_program_set_meanwhile_are_kept() -> None:
+    with gc_young.raised(10_000):
+        gc.set_threshold(10_000, 100, 100)
+    assert gc.get_threshold() == (10_000, 100, 100)
+
+
+def test_what_the_program_set_meanwhile_is_what_a_later_node_puts_back() -> None:
+    with contextlib.ExitStack() as first:
+        first.enter_context(gc_young.raised(10_000))
+        gc.set_threshold(5_000, 10, 10)  # the program's own, lower than the nodes'
+        with gc_young.raised(10_000):
+            assert gc.get_threshold()[0] == 10_000
+    assert gc.get_threshold() == (5_000, 10, 10)
+
+
+def test_a_bad_value_changes_nothing() -> None:
+    with pytest.raises(InvalidInput), gc_young.raised(2**31):
+        pass
+    assert gc.get_threshold() == DEFAULT and gc_young._before is None and gc_young._holders == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_forked_while_a_node_runs_gets_the_programs_threshold() -> None:
+    read, write = os.pipe()
+    with gc_young.raised(10_000):
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave without pytest's clean-up
+            os.write(write, repr((gc.get_threshold(), gc_young._holders)).encode())
+            os._exit(0)
+        os.close(write)
+        seen = os.read(read, 200).decode()
+        os.close(read)
+        os.waitpid(pid, 0)
+        assert gc.get_threshold()[0] == 10_000  # the parent's node still runs
+    assert seen == repr((DEFAULT, 0))
+
+
 def test_put_back_after_an_error_inside() -> None:
     with pytest.raises(RuntimeError), gc_young.raised(10_000):
         raise RuntimeError("the node failed")
     assert gc.get_threshold() == DEFAULT
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "10000", 2**31, 10**400])
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "10000", 2**31, 10**400, pytest.param(10**5000, id="10**5000")])
 def test_run_worker_refuses_a_bad_threshold_before_anything(bad: Any, tmp_path: Path) -> None:
     app = App(f"sqlite:///{tmp_path / 'gc.db'}")
 
@@ -107,17 +169,23 @@ def _run_until_ran(app: App, monkeypatch: pytest.MonkeyPatch, seen: list[tuple[i
         return made[-1]
 
     monkeypatch.setattr(App, "worker", worker)
-    thread = threading.Thread(
-        target=app.run_worker, kwargs={"concurrency": 1, "install_signals": False, **options}, daemon=True
-    )
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            app.run_worker(concurrency=1, install_signals=False, **options)
+        except BaseException as exc:  # told below, not lost on the thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: seen)
+        wait_until(lambda: seen or failed or not thread.is_alive())
     finally:
-        wait_until(lambda: made)
-        made[0].stop()
+        if made:
+            made[0].stop()
         thread.join(30)
-    assert not thread.is_alive()
+    assert not failed and not thread.is_alive()
 
 
 def _recording_app(tmp_path: Path, seen: list[tuple[int, int, int]]) -> App:

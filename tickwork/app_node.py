@@ -159,10 +159,10 @@ class NodeMixin(EditsMixin):
         code schedules in line first (``sync_schedules``), as every node does unless
         told not to. ``gc_threshold``: while the node runs, the process's cyclic garbage
         collector waits for at least this many new objects before a collection
-        (``gc.set_threshold``; raised, never lowered, and put back at the end; None
-        leaves it alone): the node's objects live until its runs are written, and at
-        Python's default (700) the collector walked them again and again (see
-        tickwork/gc_young.py)."""
+        (``gc.set_threshold``; raised, never lowered, put back by the last node to end;
+        None leaves it alone, as a node on a thread of a process with other work should):
+        the node's objects live until its runs are written, and at Python's default (700)
+        the collector walked them again and again (see tickwork/gc_young.py)."""
         from tickwork.node.autoscale import Autoscaler
 
         gc_young.checked(gc_threshold)

@@ -24,7 +24,10 @@ class InvalidInput(TickworkError, ValueError):
         self.field = field
         self.value = value
         self.reason = reason
-        shown = repr(value)
+        try:
+            shown = repr(value)
+        except ValueError:  # an int past the interpreter's limit on digits in a string
+            shown = f"<{type(value).__name__} too long to show>"
         if len(shown) > 80:
             shown = shown[:77] + "..."
         super().__init__(f"{field}={shown}: {reason}")

@@ -3,23 +3,26 @@ process.
 
 A node keeps each claimed run's objects (its task, claim, run, context, outcome) alive
 from the claim until its result is written: tens of milliseconds, and on short tasks
-thousands of runs at once. At CPython's default young threshold (700 container objects
-allocated) the collector ran every ~50 runs, walked every run then in flight, moved them
-to the older generations and, every few hundred runs, walked the whole heap: 5.5 µs of a
-W1 node's ~30 µs of CPU a run, for nothing, since reference counting frees all of them
-(none is in a cycle). With 10,000 it is ~1.6 µs (bench/node_cpu.py, README "Performance").
+over a thousand runs at once. At CPython's default young threshold (700 net new
+container objects, up to 3.13) the collector ran every ~80 runs, walked every run then
+in flight, moved them to the older generations and, every few thousand runs, walked the
+whole heap: 3.4 µs of a W1 node's ~29 µs of CPU a run, for nothing, since reference
+counting frees all of them (none is in a cycle). With 10,000 it is ~0.1 µs
+(bench/node_cpu.py, README "Performance").
 
-Only ``App.run_worker`` and ``tickwork worker`` use it: they own their process (they take
-its signals too). ``App.worker()``, a node embedded in someone else's process, leaves
-the collector alone. The threshold is only ever raised: a program that set a higher one,
-or turned automatic collection off (0), keeps its own. It is put back when the last
-holder of the process leaves, unless the program changed it meanwhile.
+Only ``App.run_worker`` (so ``tickwork worker``) uses it: it takes its process (its
+signals too). ``App.worker()``, a node embedded in someone else's process, leaves the
+collector alone. The threshold is only ever raised: a program that set a higher one, or
+turned automatic collection off (0), keeps its own. The thresholds found are put back
+when the last holder of the process leaves, unless the program set others meanwhile
+(those stay); a child forked meanwhile starts with them put back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from collections.abc import Iterator
 
@@ -30,12 +33,28 @@ NODE_THRESHOLD = 10_000
 MAX_THRESHOLD = 2**31 - 1
 """The largest ``gc.set_threshold`` takes (a C int)."""
 
+Thresholds = tuple[int, int, int]
+
 _lock = threading.Lock()
 _holders = 0
-_before: tuple[int, int, int] | None = None
-"""The thresholds to put back when the last holder leaves; None when none was changed."""
-_set: int | None = None
-"""The young threshold last set here: one found different at the end was the program's."""
+_before: Thresholds | None = None
+"""The program's thresholds, to put back when the last holder leaves (None: none changed)."""
+_set: Thresholds | None = None
+"""The thresholds as set here last: others found in their place are the program's."""
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while a node ran is not that node: it gets the program's
+    thresholds back, and no holder."""
+    global _lock, _holders, _before, _set
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    if _before is not None and gc.get_threshold() == _set:
+        gc.set_threshold(*_before)
+    _holders, _before, _set = 0, None, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def checked(value: int | None) -> int | None:
@@ -50,18 +69,22 @@ def checked(value: int | None) -> int | None:
 
 @contextlib.contextmanager
 def raised(at_least: int | None) -> Iterator[None]:
-    """The young threshold at least ``at_least`` inside (None: left as it is)."""
+    """The young threshold at least ``at_least`` inside (None: left as it is). Nodes may
+    overlap: each raises to its own value if higher, and the last to leave puts back
+    what the program had, so a node's end never lowers it under one still running."""
     global _holders, _before, _set
-    if at_least is None:
+    threshold = checked(at_least)
+    if threshold is None:
         yield
         return
     with _lock:
         current = gc.get_threshold()
-        if 0 < current[0] < at_least:
-            if _before is None:
-                _before = current
-            gc.set_threshold(at_least, current[1], current[2])
-            _set = at_least
+        if current != _set:  # not ours: none set yet, or the program set its own since
+            _before = _set = None
+        if 0 < current[0] < threshold:
+            gc.set_threshold(threshold, current[1], current[2])
+            _before = _before or current
+            _set = gc.get_threshold()
         _holders += 1
     try:
         yield
@@ -69,6 +92,6 @@ def raised(at_least: int | None) -> Iterator[None]:
         with _lock:
             _holders -= 1
             if _holders == 0:
-                if _before is not None and gc.get_threshold()[0] == _set:
+                if _before is not None and gc.get_threshold() == _set:
                     gc.set_threshold(*_before)
                 _before = _set = None
