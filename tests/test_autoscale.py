@@ -3,14 +3,13 @@ under a backlog and shrinking back once idle."""
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from tests.cli_support import worker_options
 from tests.conftest import wait_for
 from tickwork import App, Context, Status
 from tickwork.cli import main
@@ -119,10 +118,4 @@ def test_the_cli_rejects_a_bad_prefetch(bad: str) -> None:
 def test_the_cli_passes_its_prefetch_to_the_node(
     given: list[str], expected: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    importlib.import_module("tests.apps.limited")  # here: at import it needs a real stderr, not CliRunner's
-    seen: dict[str, Any] = {}
-    monkeypatch.setattr(App, "open_store", lambda self: None)  # the node is not started: no store needed
-    monkeypatch.setattr(App, "run_worker", lambda self, **options: seen.update(options))
-    result = CliRunner().invoke(main, ["worker", "tests.apps.limited:app", *given])
-    assert result.exit_code == 0, result.output
-    assert seen["prefetch"] == expected
+    assert worker_options(monkeypatch, *given)["prefetch"] == expected

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
 import os
 import threading
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.cli_support import worker_options
 from tests.http_support import wait_until
 from tickwork import App, Context, gc_young
 from tickwork.cli import main
@@ -242,13 +242,7 @@ def test_an_embedded_node_leaves_it(tmp_path: Path) -> None:
 def test_the_cli_passes_its_threshold_to_the_node(
     given: list[str], expected: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    importlib.import_module("tests.apps.limited")  # at import it needs a real stderr, not CliRunner's
-    seen: dict[str, Any] = {}
-    monkeypatch.setattr(App, "open_store", lambda self: None)  # the node is not started: no store needed
-    monkeypatch.setattr(App, "run_worker", lambda self, **options: seen.update(options))
-    result = CliRunner().invoke(main, ["worker", "tests.apps.limited:app", *given])
-    assert result.exit_code == 0, result.output
-    assert seen["gc_threshold"] == expected
+    assert worker_options(monkeypatch, *given)["gc_threshold"] == expected
 
 
 @pytest.mark.parametrize("bad", ["-1", "x", "1.5", str(2**31), "9" * 400])
