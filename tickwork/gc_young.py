@@ -5,7 +5,7 @@ A node keeps each claimed run's objects (its task, claim, run, context, outcome)
 from the claim until its result is written: tens of milliseconds, and on short tasks
 over a thousand runs at once. At CPython's default young threshold (700 net new
 container objects, up to 3.13) the collector ran every ~80 runs, walked every run then
-in flight, moved them to the older generations and, every few thousand runs, walked the
+in flight, moved them to the older generations and, every ~10,000 runs, walked the
 whole heap: 3.4 µs of a W1 node's ~29 µs of CPU a run, for nothing, since reference
 counting frees all of them (none is in a cycle). With 10,000 it is ~0.1 µs
 (bench/node_cpu.py, README "Performance").
