@@ -1,6 +1,7 @@
 """What each part of the hot path's two statements costs the database, per row: the
-claim with and without its 52 returned columns, the result write whole and without its
-``ON CONFLICT``, its JSON batch parsed alone, and a bare update by key.
+claim with and without its 52 returned columns, the result write as a node sends it, with
+the ``ON CONFLICT`` a reconciler's has and without the execution row, its JSON batch
+parsed alone, and a bare update by key.
 
     .venv/bin/python -m bench.db_statements [--tasks 20000] [--rounds 3]
 
@@ -34,7 +35,7 @@ from tickwork.store import encoding
 CLAIM_VARIANTS = ("claim returning id", "claim returning 52 columns")
 WRITE_VARIANTS = (
     "write as sent",
-    "write without ON CONFLICT",
+    "write with ON CONFLICT",
     "write without the execution row",
     "write's JSON parsed alone",
     "update of status by key",
@@ -55,16 +56,19 @@ def claim_variants(texts: dict[str, str]) -> dict[str, str]:
     return dict(zip(CLAIM_VARIANTS, (update + "t.id", update + returned), strict=True))
 
 
-def write_variants(text: str) -> dict[str, str]:
-    """The result write as the node sends it, and with one part cut out."""
+def write_variants(texts: dict[str, str]) -> dict[str, str]:
+    """The result write as a node sends it (``write_fresh_outcomes``), as a reconciler does
+    (``write_outcomes_batch``: its ON CONFLICT keeps a row written early), and with one
+    part cut out."""
+    text = texts["write_fresh_outcomes"]
     head = text[: text.index("settled AS (")].rstrip().rstrip(",")
-    without_conflict = re.sub(r"ON CONFLICT \(id\) DO UPDATE.*?WHERE e\.status = 'RUNNING'", "", text, flags=re.S)
-    without_log = re.sub(r", logged AS \(.*?\n\)\nSELECT", "\nSELECT", text, flags=re.S)
-    if without_conflict == text or without_log == text:
-        raise SystemExit("write_outcomes_batch changed shape: update bench/db_statements.py")
+    if ", logged AS (" not in text:
+        raise SystemExit("write_fresh_outcomes changed shape: update bench/db_statements.py")
+    without_log = text[: text.index(", logged AS (")] + "\nSELECT id, fence, execution_id FROM settled"
     by_key = "UPDATE tickwork_tasks SET status = 'COMPLETED' WHERE id = ANY(%(ids)s) RETURNING id"
     parsed = head + "\nSELECT o.task_id AS id FROM o"
-    return dict(zip(WRITE_VARIANTS, (text, without_conflict, without_log, parsed, by_key), strict=True))
+    variants = (text, texts["write_outcomes_batch"], without_log, parsed, by_key)
+    return dict(zip(WRITE_VARIANTS, variants, strict=True))
 
 
 def one(folder: Path, n: int, variant: str) -> float:
@@ -83,7 +87,7 @@ def one(folder: Path, n: int, variant: str) -> float:
                 if variant in CLAIM_VARIANTS:
                     return run(n, lambda: _drain(cur, claim_variants(texts)[variant]))
                 params = [_write_params(outcomes) for outcomes in completed(app.store, claim_all(app.store))]
-                text = write_variants(texts["write_outcomes_batch"])[variant]
+                text = write_variants(texts)[variant]
                 return run(n, lambda: sum(len(cur.execute(text, p).fetchall()) for p in params))
         finally:
             app.close()

@@ -221,7 +221,10 @@ def test_counts_do_not_read_future_tasks(store: Store, store_url: str) -> None:
     assert store.due_by_queue() == {"default": (50, store.queue_depth()[1])}
 
 
-HOT_PATH = ["claim_skip_locked", "claim_candidates_and_lane", "claim_cas_batch", "renew_batch", "write_outcomes_batch"]
+HOT_PATH = [
+    "claim_skip_locked", "claim_candidates_and_lane", "claim_cas_batch", "renew_batch", "write_outcomes_batch",
+    "write_fresh_outcomes",
+]  # fmt: skip
 
 
 def test_the_hot_paths_generic_plans_read_only_their_own_rows(store: Store, store_url: str) -> None:
@@ -377,7 +380,7 @@ def test_a_big_batch_of_outcomes_or_renewals_reads_each_task_once(store: Store, 
         "expired_only": False,
         "batch": outcome_batch(store, running),
     }
-    batches = ("write_outcomes_batch", "renew_batch")
+    batches = ("write_outcomes_batch", "write_fresh_outcomes", "renew_batch")
     found = {q: _pg_reads(store_url, d.texts[q], values, True, joins=True) for q in batches}
     # once over the table at most (a planner's choice for a table this small), never once per row
     assert {q: n for q, n in found.items() if n > BACKLOG + 3 * size} == {}
@@ -404,7 +407,7 @@ def test_outcomes_and_renewals_find_tasks_by_id_in_a_small_table_never_analyzed(
         "ids": [c.task.id for c in running],
         "fences": [c.fence for c in running],
     }
-    batches = ("write_outcomes_batch", "renew_batch")
+    batches = ("write_outcomes_batch", "write_fresh_outcomes", "renew_batch")
     found = {q: max(_pg_reads(store_url, d.texts[q], values, g, joins=True) for g in (False, True)) for q in batches}
     # once over the table at most, never once per outcome
     assert {q: n for q, n in found.items() if n > table + 3 * size} == {}

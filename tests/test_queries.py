@@ -9,7 +9,10 @@ from psycopg import _queries
 from tickwork.store import queries
 from tickwork.store.postgres import PostgresDialect, translate
 
-HOT_PATH = ("claim_skip_locked", "claim_cas_batch", "claim_candidates_and_lane", "write_outcomes_batch", "renew_batch")
+HOT_PATH = (
+    "claim_skip_locked", "claim_cas_batch", "claim_candidates_and_lane", "write_outcomes_batch",
+    "write_fresh_outcomes", "renew_batch",
+)  # fmt: skip
 
 
 def test_comments_and_indentation_are_left_out_and_quoted_text_kept() -> None:

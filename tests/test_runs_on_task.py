@@ -92,6 +92,65 @@ def test_an_execution_ended_early_is_no_longer_running_and_its_run_is_not_reaped
     assert stored_executions(pg_url) == [(claim.execution_id, "TIMED_OUT")]
 
 
+def test_a_batch_with_a_run_ended_early_still_writes_each_run_once(store: Store, pg_url: str) -> None:
+    """A node writes its own results with plain inserts (write_fresh_outcomes): a batch
+    holding one run whose row end_execution wrote is refused whole and goes again as
+    write_outcomes_batch. Every result applies, that row stays as it was, the others
+    are written once."""
+    store.insert_tasks([due(store) for _ in range(5)])
+    claims = store.claim("node-a", [NAME], 5, 30.0)
+    assert len(claims) == 5
+    stuck = claims[2]
+    assert store.end_execution("node-a", stuck, ExecutionStatus.TIMED_OUT, store.now(), None, "timeout") is True
+    outcomes = [outcome_of(c, ExecutionStatus.COMPLETED, store.now()) for c in claims]
+    assert store.finish("node-a", outcomes) == [True] * 5
+    assert stored_executions(pg_url) == sorted(
+        (c.execution_id, "TIMED_OUT" if c is stuck else "COMPLETED") for c in claims
+    )
+    assert {store.get_task(c.task.id).status for c in claims} == {Status.COMPLETED}
+    assert store.list_executions(status=ExecutionStatus.RUNNING) == []
+
+
+def test_an_early_end_racing_the_nodes_own_result_leaves_one_row_per_run(store: Store, pg_url: str) -> None:
+    """A stuck thread's early end and the same run's result (the thread let go at that
+    instant) written at once, round after round, from two connections: each run ends
+    with exactly one row, the early end's exactly when it reports True, and the result
+    always applies to the task (an early end leaves the task as it is)."""
+    rounds = 30
+    store.insert_tasks([due(store) for _ in range(rounds)])
+    claims = store.claim("node-a", [NAME], rounds, 30.0)
+    assert len(claims) == rounds
+    start = threading.Barrier(2)
+    ended: dict[int, bool] = {}
+    finished: dict[int, list[bool]] = {}
+
+    def end(claim: Claim) -> None:
+        start.wait(timeout=10)
+        ended[claim.execution_id] = store.end_execution(
+            "node-a", claim, ExecutionStatus.TIMED_OUT, store.now(), None, "timeout"
+        )
+
+    def finish(claim: Claim) -> None:
+        start.wait(timeout=10)
+        finished[claim.execution_id] = store.finish(
+            "node-a", [outcome_of(claim, ExecutionStatus.COMPLETED, store.now())]
+        )
+
+    for claim in claims:
+        threads = [threading.Thread(target=end, args=(claim,)), threading.Thread(target=finish, args=(claim,))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads)
+    rows = dict(stored_executions(pg_url))
+    assert sorted(rows) == sorted(c.execution_id for c in claims)  # one row per run, no more
+    for claim in claims:
+        assert rows[claim.execution_id] == ("TIMED_OUT" if ended[claim.execution_id] else "COMPLETED"), claim
+        assert finished[claim.execution_id] == [True]
+        assert store.get_task(claim.task.id).status is Status.COMPLETED
+
+
 def test_a_given_back_claim_leaves_no_run(store: Store, pg_url: str) -> None:
     task = store.insert_tasks([due(store)])[0]
     claim = claim_one(store)

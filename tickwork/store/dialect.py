@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -20,6 +21,9 @@ from typing import Any, Protocol
 from tickwork.model import Outcome, Renewal
 
 Row = Mapping[str, Any]
+
+_UNIQUE_VIOLATION = "23505"
+"""PostgreSQL's SQLSTATE for a duplicate key."""
 
 
 class Session(Protocol):
@@ -72,9 +76,14 @@ class HotPath(Protocol):
         """Extend the leases of the ``(task_id, fence)`` runs ``node`` still holds."""
         ...
 
-    def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
+    def write_outcomes(
+        self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool, fresh: bool = False
+    ) -> list[bool]:
         """Write each outcome's task state and execution row; per outcome, whether its
-        fence held (with ``expired_only``, also whether the lease was still expired)."""
+        fence held (with ``expired_only``, also whether the lease was still expired).
+        ``fresh``: the runs' execution rows are most likely not written yet (a node's own
+        runs, not a reconciler's), which a dialect may write more cheaply; one that is
+        there after all must still be kept as it is, or ended if RUNNING."""
         ...
 
 
@@ -138,6 +147,13 @@ class Election:
 
     group: str
     on_role: Callable[[bool | None], None]
+
+
+def unique_violation(exc: BaseException) -> bool:
+    """Whether ``exc`` is a duplicate key refused by either database."""
+    if isinstance(exc, sqlite3.IntegrityError):
+        return "UNIQUE" in str(exc)
+    return getattr(exc, "sqlstate", None) == _UNIQUE_VIOLATION
 
 
 def notify(dialect: Dialect, s: Session, payload: str) -> None:

@@ -10,19 +10,16 @@ finds the first's work done.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from tickwork.changes import Edit, Removal, SyncView, SyncWrites
 from tickwork.errors import EditConflict, KeyHeld
 from tickwork.model import NewTask, Status, Task
-from tickwork.store.dialect import Dialect, Session, notify
+from tickwork.store.dialect import Dialect, Session, notify, unique_violation
 from tickwork.store.rows import Decoder
 
 Plan = Callable[[SyncView], SyncWrites]
-
-_UNIQUE_VIOLATION = "23505"
 
 
 def edit_task(d: Dialect, rows: Decoder, edit: Edit) -> Task | None:
@@ -33,7 +30,7 @@ def edit_task(d: Dialect, rows: Decoder, edit: Edit) -> Task | None:
             if task is not None:
                 notify(d, s, "due")
     except Exception as exc:
-        if _unique_violation(exc) and edit.after.key is not None:
+        if unique_violation(exc) and edit.after.key is not None:
             # A task given the key between our check and our write (an insert does not
             # take the key lock): the edit did not happen, as other_key_holder would say.
             raise KeyHeld(edit.before.id, edit.before.status.value, "retry", edit.after.key, None) from None
@@ -172,9 +169,3 @@ def _remove(d: Dialect, s: Session, removal: Removal) -> None:
     if s.fetch_one("remove_code_schedule", params) is None:
         raise EditConflict(task.id)
     s.execute("note_removal", {**params, "scheduled_for": d.encode_time(task.scheduled_at)})
-
-
-def _unique_violation(exc: BaseException) -> bool:
-    if isinstance(exc, sqlite3.IntegrityError):
-        return "UNIQUE" in str(exc)
-    return getattr(exc, "sqlstate", None) == _UNIQUE_VIOLATION

@@ -20,7 +20,7 @@ from typing import Any
 
 from tickwork.model import Outcome, Renewal
 from tickwork.store import encoding
-from tickwork.store.dialect import Dialect, Row, Session
+from tickwork.store.dialect import Dialect, Row, Session, unique_violation
 
 
 class SetBased:
@@ -47,10 +47,14 @@ class SetBased:
             for r in s.fetch_all("renew_batch", params)
         ]
 
-    def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
+    def write_outcomes(
+        self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool, fresh: bool = False
+    ) -> list[bool]:
         """The batch in one statement, its times as whole microseconds; an outcome with
         a time those cannot carry exactly (before 1684 or after 2255: encoding.py) goes in
-        a second statement, with its times as ISO text."""
+        a second statement, with its times as ISO text. ``fresh``: first as plain inserts
+        of the execution rows (``write_fresh_outcomes``); if one is there after all, that
+        statement changed nothing and the batch goes again as ``write_outcomes_batch``."""
         rows, far = [], []
         for o in outcomes:
             row = encoding.outcome_json(o)
@@ -62,10 +66,23 @@ class SetBased:
         for query, batch in (("write_outcomes_batch", rows), ("write_outcomes_text", far)):
             if batch:
                 params = {"node": node, "expired_only": expired_only, "batch": "[" + ",".join(batch) + "]"}
+                fast = "write_fresh_outcomes" if fresh and query == "write_outcomes_batch" else None
                 written.update(
-                    (int(r["id"]), int(r["fence"]), int(r["execution_id"])) for r in s.fetch_all(query, params)
+                    (int(r["id"]), int(r["fence"]), int(r["execution_id"])) for r in _written(s, query, fast, params)
                 )
         return [(o.task_id, o.fence, o.execution_id) in written for o in outcomes]
+
+
+def _written(s: Session, query: str, fast: str | None, params: Mapping[str, Any]) -> list[Row]:
+    """``query``'s rows, or ``fast``'s where it has one and no row it inserts is there
+    already. Each statement commits itself: the one refused changed nothing."""
+    if fast is not None:
+        try:
+            return s.fetch_all(fast, params)
+        except Exception as exc:
+            if not unique_violation(exc):
+                raise
+    return s.fetch_all(query, params)
 
 
 def _as_dict(row: Row) -> dict[str, Any]:
@@ -119,10 +136,13 @@ class RowByRow:
             if rows
         ]
 
-    def write_outcomes(self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool) -> list[bool]:
+    def write_outcomes(
+        self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool, fresh: bool = False
+    ) -> list[bool]:
         """The batch into the connection's own outcome table (one executemany), then two
         statements for it all: a statement per row released the GIL and the file's write
-        lock waited, at each, for the process's other threads."""
+        lock waited, at each, for the process's other threads. (``fresh`` changes nothing:
+        SQLite writes a run's execution row at its claim.)"""
         d = self._d
         positions: dict[tuple[int, int], int] = {}
         rows: list[tuple[Any, ...]] = []

@@ -336,7 +336,22 @@ SELECT pg_notify('tickwork', :payload);
 -- started_at, la: skipped_last), made and read at a third of what ISO text costs each
 -- side; exact within 2^53 microseconds of 1970 (a float8 holds them: 1684 to 2255), the
 -- node writes any outcome with a time outside those years with write_outcomes_text.
-WITH o AS (
+WITH {{outcome_rows}}, {{settled_outcomes}};
+
+-- name: write_fresh_outcomes
+-- write_outcomes_batch for a node's own runs, whose execution rows are not there yet
+-- (a row is written at a run's end, migration 0014): a plain INSERT, where
+-- write_outcomes_batch's ON CONFLICT (a row end_execution wrote while a stuck thread went
+-- on, or a RUNNING row of an earlier version's claim) costs every row a speculative
+-- insertion, ~2.5 µs of the write's ~19 (bench.db_statements). A row there after all fails
+-- the statement whole, nothing written, and the batch goes again as write_outcomes_batch
+-- (hot.py).
+WITH {{outcome_rows}}, {{settled_rows}}, logged AS ({{execution_rows}})
+SELECT id, fence, execution_id FROM settled;
+
+-- name: outcome_rows
+-- (A fragment: write_outcomes_batch's and write_fresh_outcomes's batch, o.)
+o AS (
     SELECT j.*, e + sa * u AS scheduled_at, e + na * u AS next_run_at, e + fa * u AS finished_at,
            e + ba * u AS started_at, e + la * u AS skipped_last
     FROM json_to_recordset(:batch::json) AS j(task_id bigint, fence bigint, execution_id bigint, status text,
@@ -350,7 +365,7 @@ WITH o AS (
     -- scans the table and compares every row this node runs with every outcome (a batch
     -- of 200 in a table of 2,000 tasks: 29 ms instead of 2.5).
     WHERE j.task_id = j.task_id + 0
-), {{settled_outcomes}};
+)
 
 -- name: write_outcomes_text
 -- write_outcomes_batch with its times as ISO text: for the rare outcome with a time
@@ -373,6 +388,21 @@ WITH o AS (
 -- a run taken over, beside the result of the task's next run) are told apart by fence
 -- and execution: only the one whose fence matched is reported applied, and only its
 -- execution row is written.
+{{settled_rows}}, logged AS (
+    {{execution_rows}}
+    -- A row already there is one end_execution wrote while the run's thread went on: it
+    -- stays as it is; or a RUNNING one, of a run a node of an earlier version claimed (a
+    -- rolling upgrade): it is ended, by a reconciler (this version writes no other outcome
+    -- of such a run: no result, no skip, no later start).
+    ON CONFLICT (id) DO UPDATE
+    SET status = excluded.status, finished_at = excluded.finished_at, error_type = excluded.error_type,
+        error_message = excluded.error_message, error_traceback = excluded.error_traceback, note = excluded.note
+    WHERE e.status = 'RUNNING'
+)
+SELECT id, fence, execution_id FROM settled;
+
+-- name: settled_rows
+-- (A fragment: the task rows' update of settled_outcomes and write_fresh_outcomes.)
 settled AS (
     UPDATE tickwork_tasks t
     SET {{settled_task}}
@@ -385,23 +415,16 @@ settled AS (
       AND (NOT :expired_only OR t.lease_expires_at < :now)
     -- (the outcome's own fields too: one row per task updated, the row its log takes)
     RETURNING t.id, t.run_attempt, t.run_started_at, t.run_scheduled_for, o.*
-), logged AS (
-    -- The run's one execution row. A row already there is one end_execution wrote while
-    -- the run's thread went on: it stays as it is; or a RUNNING one, of a run a node of
-    -- an earlier version claimed (a rolling upgrade): it is ended, by a reconciler (this
-    -- version writes no other outcome of such a run: no result, no skip, no later start).
-    INSERT INTO tickwork_executions AS e (id, task_id, attempt, scheduled_for, started_at, finished_at, status,
-        node, fence, error_type, error_message, error_traceback, result, note, skipped_count, skipped_last)
-    SELECT r.execution_id, r.id, COALESCE(r.run_attempt, r.attempt), COALESCE(r.run_scheduled_for, r.finished_at),
-           COALESCE(r.started_at, LEAST(r.run_started_at, r.finished_at)), r.finished_at, r.status,
-           :node, r.fence, r.error_type, r.error_message, r.error_traceback, r.result, r.note, r.skipped, r.skipped_last
-    FROM settled AS r
-    ON CONFLICT (id) DO UPDATE
-    SET status = excluded.status, finished_at = excluded.finished_at, error_type = excluded.error_type,
-        error_message = excluded.error_message, error_traceback = excluded.error_traceback, note = excluded.note
-    WHERE e.status = 'RUNNING'
 )
-SELECT id, fence, execution_id FROM settled;
+
+-- name: execution_rows
+-- (A fragment: each run's one execution row, for the tasks settled_rows updated.)
+INSERT INTO tickwork_executions AS e (id, task_id, attempt, scheduled_for, started_at, finished_at, status,
+    node, fence, error_type, error_message, error_traceback, result, note, skipped_count, skipped_last)
+SELECT r.execution_id, r.id, COALESCE(r.run_attempt, r.attempt), COALESCE(r.run_scheduled_for, r.finished_at),
+       COALESCE(r.started_at, LEAST(r.run_started_at, r.finished_at)), r.finished_at, r.status,
+       :node, r.fence, r.error_type, r.error_message, r.error_traceback, r.result, r.note, r.skipped, r.skipped_last
+FROM settled AS r
 
 -- name: renew_batch
 -- renew_lease for all of a node's runs in one statement.

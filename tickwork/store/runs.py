@@ -180,7 +180,9 @@ class Runs:
             return []
         order = sorted(range(len(outcomes)), key=lambda i: outcomes[i].task_id)
         with self.hot.session() as s:
-            applied_sorted = self.hot.write_outcomes(s, node, [outcomes[i] for i in order], expired_only=expired_only)
+            applied_sorted = self.hot.write_outcomes(
+                s, node, [outcomes[i] for i in order], expired_only=expired_only, fresh=not reaping
+            )
             if reaping and any(applied_sorted):
                 notify(self.dialect, s, "due")  # recovered runs are due again
         applied = [False] * len(outcomes)
