@@ -359,10 +359,46 @@ def test_prefetch_follows_how_long_runs_take() -> None:
     policy.observe_refill(0.002)
     policy.observe_run(30.0)
     assert policy.extra() == 0  # long runs: hold nothing back from other nodes
+    for _ in range(20):  # runs far shorter than a round trip, refill after refill: the cap
+        for _ in range(100):
+            policy.observe_run(0.0001)
+        policy.observe_refill(0.002)
+    assert policy.extra() == 32
+    assert Prefetch(concurrency=8, cap=0).extra() == 0
+
+
+def test_prefetch_is_not_dragged_down_by_a_few_runs_a_claim_paused() -> None:
+    """A claim that decodes a batch holds the GIL: the few runs it paused take
+    milliseconds, the hundreds around them microseconds. The runs of a refill count as
+    their mean: the node still holds the cap, where one sample at a time had sunk it."""
+    from tickwork.node.slots import Prefetch
+
+    policy = Prefetch(concurrency=16, cap=1024)
+    for _ in range(5):
+        for _ in range(480):
+            policy.observe_run(0.00002)
+        policy.observe_refill(0.03)
+    assert policy.extra() == 1024
+    for _ in range(480):
+        policy.observe_run(0.00002)
+    for _ in range(16):  # the runs paused by the claim end last, just before it is read
+        policy.observe_run(0.008)
+    policy.observe_refill(0.03)
+    assert policy.extra() == 1024
+
+
+def test_prefetch_falls_back_when_runs_grow_long() -> None:
+    from tickwork.node.slots import Prefetch
+
+    policy = Prefetch(concurrency=8, cap=512)
     for _ in range(100):
         policy.observe_run(0.0001)
-    assert policy.extra() == 32  # runs far shorter than a round trip: the cap
-    assert Prefetch(concurrency=8, cap=0).extra() == 0
+    policy.observe_refill(0.01)
+    assert policy.extra() == 512
+    for _ in range(3):  # runs of 10 s now, a refill each
+        policy.observe_run(10.0)
+        policy.observe_refill(0.01)
+    assert policy.extra() == 0
 
 
 def test_a_prefetched_run_records_when_it_really_started(app: App) -> None:
