@@ -387,6 +387,22 @@ def test_prefetch_is_not_dragged_down_by_a_few_runs_a_claim_paused() -> None:
     assert policy.extra() == 1024
 
 
+def test_a_nodes_first_slow_runs_do_not_hold_its_prefetch_down() -> None:
+    """A node's first runs are slow (code run for the first time): counted by their
+    number, a few of them weigh little once the next refill brings hundreds of fast ones."""
+    from tickwork.node.slots import Prefetch
+
+    policy = Prefetch(concurrency=16, cap=1024)
+    policy.observe_refill(0.015)
+    for _ in range(2):
+        policy.observe_run(0.002)
+    assert 0 < policy.extra() < 1024  # all it knows: two slow runs
+    for _ in range(300):
+        policy.observe_run(0.00002)
+    policy.observe_refill(0.015)
+    assert policy.extra() == 1024
+
+
 def test_prefetch_falls_back_when_runs_grow_long() -> None:
     from tickwork.node.slots import Prefetch
 

@@ -22,16 +22,21 @@ class Prefetch:
     very short runs give the cap, so a node is not bound by its round trips. With no runs
     observed yet it is 0: a node starting on a herd takes only its slots.
 
-    The run time is the mean of the runs that ended between two refills, smoothed from
-    one refill to the next. Run by run it was not: a claim decoding a batch holds the
-    GIL for milliseconds, the few tiny runs it paused then took 5 ms or more, and read
-    right after (at the next claim) they dragged the estimate down to a tenth of the
-    cap; the node then claimed too little and ran dry before its next claim came back
-    (W1: one claim in two ran dry; steady exec/s +12 % once averaged over the refill).
+    The run time is the mean of the runs that ended lately, each refill halving the
+    weight of those before it: all the runs between two refills count, each as much as
+    the others. Run by run they did not: a claim decoding a batch holds the GIL for
+    milliseconds, the few tiny runs it paused then took 5 ms or more, and read right
+    after (at the next claim) they dragged the estimate down to a tenth of the cap; the
+    node then claimed too little and ran dry before its next claim came back (W1: one
+    claim in two ran dry; steady exec/s +10 % once averaged). Weighed by their number,
+    the first few runs of a node (slow: code run for the first time) do not hold its
+    prefetch down once hundreds have followed.
     """
 
-    SMOOTHING = 0.5
-    """Weight of the last refill's runs: each is already the mean of all that ended."""
+    DECAY = 0.5
+    """What the runs before the last refill weigh, against the runs since, at each refill."""
+    REFILL_SMOOTHING = 0.2
+    """Weight of the last refill's time in the refill time."""
 
     def __init__(self, concurrency: int, cap: int) -> None:
         self.concurrency = concurrency
@@ -41,6 +46,8 @@ class Prefetch:
         self._lock = threading.Lock()  # slot threads add runs while the poll loop folds them
         self._ran_s = 0.0
         self._ran = 0
+        self._weighed_s = 0.0
+        self._weight = 0.0
 
     def observe_run(self, seconds: float) -> None:
         with self._lock:
@@ -49,25 +56,26 @@ class Prefetch:
 
     def observe_refill(self, seconds: float) -> None:
         """A refill took ``seconds``: the runs ended since the last one count from now."""
-        self._fold()
-        self.refill_s = self._smooth(self.refill_s, seconds)
+        self._fold(self.DECAY)
+        previous = self.refill_s
+        self.refill_s = seconds if previous is None else previous + self.REFILL_SMOOTHING * (seconds - previous)
 
     def extra(self) -> int:
         if self.run_s is None:
-            self._fold()  # the first runs count as soon as they end
+            self._fold(1.0)  # the first runs count as soon as they end
         if self.cap <= 0 or self.run_s is None or self.refill_s is None:
             return 0
         return min(self.cap, int(self.concurrency * self.refill_s / max(self.run_s, 1e-6)))
 
-    def _fold(self) -> None:
+    def _fold(self, decay: float) -> None:
+        """Add the runs ended since the last fold, the earlier ones weighing ``decay``."""
         with self._lock:
             ran_s, ran = self._ran_s, self._ran
             self._ran_s, self._ran = 0.0, 0
-        if ran:
-            self.run_s = self._smooth(self.run_s, ran_s / ran)
-
-    def _smooth(self, average: float | None, sample: float) -> float:
-        return sample if average is None else average + self.SMOOTHING * (sample - average)
+        self._weighed_s = self._weighed_s * decay + ran_s
+        self._weight = self._weight * decay + ran
+        if self._weight > 0:
+            self.run_s = self._weighed_s / self._weight
 
 
 class RunThreads:
