@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import json
-import multiprocessing
-import multiprocessing.connection
 import os
 import queue
 import select
@@ -40,12 +39,16 @@ import traceback
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from types import FrameType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tickwork.codec import dumps, json_problem
 from tickwork.context import CancelFlag, Context
 from tickwork.errors import Cancelled, InvalidInput, TickworkError
 from tickwork.model import ErrorInfo
+
+if TYPE_CHECKING:  # imported where used: a node without process tasks never needs it (4 ms at start)
+    import multiprocessing.connection
+    import multiprocessing.process
 
 
 class Stoppable(Protocol):
@@ -61,9 +64,15 @@ class Stoppable(Protocol):
     def bind_cancel(self, on_cancel: Callable[[], None] | None) -> None: ...
 
 
-# forkserver: children fork from a small single-threaded server, never from the node
-# (whose threads hold locks a fork would copy mid-use), and start faster than spawn.
-START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+@functools.cache
+def start_method() -> str:
+    """forkserver: children fork from a small single-threaded server, never from the node
+    (whose threads hold locks a fork would copy mid-use), and start faster than spawn."""
+    import multiprocessing
+
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
 # How often the supervisor looks at the cancel flag while the child is quiet.
 SUPERVISE_TICK_S = 0.05
 # How often a watchdog checks that the child it guards is still there.
@@ -107,7 +116,9 @@ def prepare(funcs: Iterable[Callable[..., Any]]) -> None:
             )
         if module_name and module_name != "__main__":
             modules.add(module_name)
-    if START_METHOD == "forkserver" and modules:
+    if modules and start_method() == "forkserver":
+        import multiprocessing
+
         multiprocessing.get_context("forkserver").set_forkserver_preload(["tickwork.node.isolation", *sorted(modules)])
 
 
@@ -127,7 +138,9 @@ def run_in_process(
 
     Raises ``ChildFailed`` for an error in the task, ``ChildCancelled`` when the run was
     cancelled and the child stopped."""
-    mp = multiprocessing.get_context(START_METHOD)
+    import multiprocessing
+
+    mp = multiprocessing.get_context(start_method())
     parent_end, child_end = mp.Pipe(duplex=True)
     lifeline_read, lifeline_write = mp.Pipe(duplex=False)
     args, kwargs = arguments
@@ -191,6 +204,8 @@ class _Supervisor:
         self.send_lock = threading.Lock()
 
     def watch(self) -> tuple[Any, str | None]:
+        import multiprocessing.connection
+
         message: dict[str, Any] | None = None
         kill_at: float | None = None
         pipe_open = True

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -150,8 +150,10 @@ class Election:
 
 
 def unique_violation(exc: BaseException) -> bool:
-    """Whether ``exc`` is a duplicate key refused by either database."""
-    if isinstance(exc, sqlite3.IntegrityError):
+    """Whether ``exc`` is a duplicate key refused by either database. (sqlite3 is not
+    imported for it: a process that never loaded it holds none of its errors.)"""
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is not None and isinstance(exc, sqlite3.IntegrityError):
         return "UNIQUE" in str(exc)
     return getattr(exc, "sqlstate", None) == _UNIQUE_VIOLATION
 
