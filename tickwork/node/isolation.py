@@ -46,8 +46,9 @@ from tickwork.context import CancelFlag, Context
 from tickwork.errors import Cancelled, InvalidInput, TickworkError
 from tickwork.model import ErrorInfo
 
-if TYPE_CHECKING:  # imported where used: a node without process tasks never needs it (4 ms at start)
+if TYPE_CHECKING:  # imported where used (_context): most nodes have no process task
     import multiprocessing.connection
+    import multiprocessing.context
     import multiprocessing.process
 
 
@@ -65,12 +66,13 @@ class Stoppable(Protocol):
 
 
 @functools.cache
-def start_method() -> str:
+def _context() -> multiprocessing.context.BaseContext:
     """forkserver: children fork from a small single-threaded server, never from the node
     (whose threads hold locks a fork would copy mid-use), and start faster than spawn."""
-    import multiprocessing
+    import multiprocessing  # here: a node without process tasks never needs it (~4 ms)
 
-    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
 # How often the supervisor looks at the cancel flag while the child is quiet.
@@ -116,10 +118,8 @@ def prepare(funcs: Iterable[Callable[..., Any]]) -> None:
             )
         if module_name and module_name != "__main__":
             modules.add(module_name)
-    if modules and start_method() == "forkserver":
-        import multiprocessing
-
-        multiprocessing.get_context("forkserver").set_forkserver_preload(["tickwork.node.isolation", *sorted(modules)])
+    if modules and _context().get_start_method() == "forkserver":
+        _context().set_forkserver_preload(["tickwork.node.isolation", *sorted(modules)])
 
 
 def run_in_process(
@@ -138,9 +138,7 @@ def run_in_process(
 
     Raises ``ChildFailed`` for an error in the task, ``ChildCancelled`` when the run was
     cancelled and the child stopped."""
-    import multiprocessing
-
-    mp = multiprocessing.get_context(start_method())
+    mp = _context()
     parent_end, child_end = mp.Pipe(duplex=True)
     lifeline_read, lifeline_write = mp.Pipe(duplex=False)
     args, kwargs = arguments
@@ -204,7 +202,7 @@ class _Supervisor:
         self.send_lock = threading.Lock()
 
     def watch(self) -> tuple[Any, str | None]:
-        import multiprocessing.connection
+        from multiprocessing.connection import wait
 
         message: dict[str, Any] | None = None
         kill_at: float | None = None
@@ -214,7 +212,7 @@ class _Supervisor:
             waitables: list[Any] = [process.sentinel]
             if pipe_open:
                 waitables.append(conn)
-            ready = multiprocessing.connection.wait(waitables, timeout=SUPERVISE_TICK_S)
+            ready = wait(waitables, timeout=SUPERVISE_TICK_S)
             if conn in ready:
                 try:
                     received = json.loads(conn.recv_bytes())
