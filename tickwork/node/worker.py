@@ -61,7 +61,9 @@ log = logging.getLogger("tickwork.worker")
 CLAIM_BATCH_DIVISOR = 4
 # Prefetch never exceeds this many claims per slot. It binds only for runs far shorter than
 # a round trip (the prefetch is one refill's worth of runs): 64 let W1's claims and writes
-# come ~600 rows at a time (bench.peers W1 +10-20 %, W3 -10 % against 16; 128 no better).
+# come ~600 rows at a time (bench.peers W1 +10-20 %, W3 -10 % against 16). Since the
+# prefetch follows the mean run time it binds all through W1: 128 and 256 gave W1 +4 and
+# +9 %, but a node holding that many grew by 14 MB in W5 on SQLite (10 MB is the bound).
 PREFETCH_CAP_PER_SLOT = 64
 # While cancelled runs are awaited at shutdown, say so this often.
 INTERRUPT_LOG_EVERY_S = 5.0
