@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import psycopg
@@ -116,13 +116,35 @@ def test_an_early_end_racing_the_nodes_own_result_leaves_one_row_per_run(store: 
     instant) written at once, round after round, from two connections: each run ends
     with exactly one row, the early end's exactly when it reports True, and the result
     always applies to the task (an early end leaves the task as it is)."""
-    rounds = 30
-    store.insert_tasks([due(store) for _ in range(rounds)])
-    claims = store.claim("node-a", [NAME], rounds, 30.0)
-    assert len(claims) == rounds
+    claims = claim_due(store, 30)
+    finished: dict[int, list[bool]] = {}
+
+    def finish(claim: Claim) -> None:
+        finished[claim.execution_id] = store.finish(
+            "node-a", [outcome_of(claim, ExecutionStatus.COMPLETED, store.now())]
+        )
+
+    ended = race_early_ends(store, claims, finish)
+    rows = dict(stored_executions(pg_url))
+    assert sorted(rows) == sorted(c.execution_id for c in claims)  # one row per run, no more
+    for claim in claims:
+        assert rows[claim.execution_id] == ("TIMED_OUT" if ended[claim.execution_id] else "COMPLETED"), claim
+        assert finished[claim.execution_id] == [True]
+        assert store.get_task(claim.task.id).status is Status.COMPLETED
+
+
+def claim_due(store: Store, count: int) -> list[Claim]:
+    store.insert_tasks([due(store) for _ in range(count)])
+    claims = store.claim("node-a", [NAME], count, 30.0)
+    assert len(claims) == count
+    return claims
+
+
+def race_early_ends(store: Store, claims: list[Claim], other: Callable[[Claim], None]) -> dict[int, bool]:
+    """For each claim in turn, node A's early end of its run and ``other`` at the same
+    instant, on two threads; what each early end reported, by execution id."""
     start = threading.Barrier(2)
     ended: dict[int, bool] = {}
-    finished: dict[int, list[bool]] = {}
 
     def end(claim: Claim) -> None:
         start.wait(timeout=10)
@@ -130,25 +152,18 @@ def test_an_early_end_racing_the_nodes_own_result_leaves_one_row_per_run(store: 
             "node-a", claim, ExecutionStatus.TIMED_OUT, store.now(), None, "timeout"
         )
 
-    def finish(claim: Claim) -> None:
+    def at_once(claim: Claim) -> None:
         start.wait(timeout=10)
-        finished[claim.execution_id] = store.finish(
-            "node-a", [outcome_of(claim, ExecutionStatus.COMPLETED, store.now())]
-        )
+        other(claim)
 
     for claim in claims:
-        threads = [threading.Thread(target=end, args=(claim,)), threading.Thread(target=finish, args=(claim,))]
+        threads = [threading.Thread(target=end, args=(claim,)), threading.Thread(target=at_once, args=(claim,))]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=30)
         assert not any(t.is_alive() for t in threads)
-    rows = dict(stored_executions(pg_url))
-    assert sorted(rows) == sorted(c.execution_id for c in claims)  # one row per run, no more
-    for claim in claims:
-        assert rows[claim.execution_id] == ("TIMED_OUT" if ended[claim.execution_id] else "COMPLETED"), claim
-        assert finished[claim.execution_id] == [True]
-        assert store.get_task(claim.task.id).status is Status.COMPLETED
+    return ended
 
 
 def test_a_given_back_claim_leaves_no_run(store: Store, pg_url: str) -> None:
@@ -167,34 +182,16 @@ def test_an_early_end_racing_a_reaper_leaves_one_row_per_run(store: Store, pg_ur
     the one of whichever write came first, and the early end reports True exactly when
     its row is the one kept. The reaper's settle always applies (an early end leaves the
     task as it is), so no task stays RUNNING."""
-    rounds = 30
-    store.insert_tasks([due(store) for _ in range(rounds)])
-    claims = store.claim("node-a", [NAME], rounds, 30.0)
-    assert len(claims) == rounds
+    claims = claim_due(store, 30)
     other = open_store(pg_url)  # node B: its own pool of connections
-    start = threading.Barrier(2)
-    ended: dict[int, bool] = {}
     reaped: dict[int, list[bool]] = {}
 
-    def end(claim: Claim) -> None:
-        start.wait(timeout=10)
-        ended[claim.execution_id] = store.end_execution(
-            "node-a", claim, ExecutionStatus.TIMED_OUT, store.now(), None, "timeout"
-        )
-
     def reap(claim: Claim) -> None:
-        start.wait(timeout=10)
         outcome = outcome_of(claim, ExecutionStatus.FAILED, other.now(), note="max_runtime")
         reaped[claim.execution_id] = other.reap("node-a", [outcome], expired_only=False)
 
     try:
-        for claim in claims:
-            threads = [threading.Thread(target=end, args=(claim,)), threading.Thread(target=reap, args=(claim,))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(timeout=30)
-            assert not any(t.is_alive() for t in threads)
+        ended = race_early_ends(store, claims, reap)
     finally:
         other.close()
     rows = dict(stored_executions(pg_url))
