@@ -9,6 +9,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -90,6 +91,30 @@ def test_an_execution_ended_early_is_no_longer_running_and_its_run_is_not_reaped
     # The thread lets go: the task settles, the row stays as end_execution wrote it.
     assert store.finish("node-a", [outcome_of(claim, ExecutionStatus.COMPLETED, store.now())]) == [True]
     assert stored_executions(pg_url) == [(claim.execution_id, "TIMED_OUT")]
+
+
+def test_a_nodes_own_results_are_plain_inserts_and_a_reapers_keep_on_conflict(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which statement writes what (the results alone cannot tell: the fallback writes the
+    same rows): a node's own results the plain inserts, a reconciler's the ON CONFLICT."""
+    from tickwork.store.pg_session import PgSession
+
+    sent: list[str] = []
+    fetch_all = PgSession.fetch_all
+
+    def spy(self: PgSession, query: str, params: Any) -> Any:
+        sent.append(query)
+        return fetch_all(self, query, params)
+
+    monkeypatch.setattr(PgSession, "fetch_all", spy)
+    first, second = claim_due(store, 2)
+    assert store.finish("node-a", [outcome_of(first, ExecutionStatus.COMPLETED, store.now())]) == [True]
+    assert [q for q in sent if "outcomes" in q] == ["write_fresh_outcomes"]
+    sent.clear()
+    lost = outcome_of(second, ExecutionStatus.FAILED, store.now(), note="max_runtime")
+    assert store.reap("node-a", [lost], expired_only=False) == [True]
+    assert [q for q in sent if "outcomes" in q] == ["write_outcomes_batch"]
 
 
 def test_a_batch_with_a_run_ended_early_still_writes_each_run_once(store: Store, pg_url: str) -> None:

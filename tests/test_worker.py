@@ -417,6 +417,37 @@ def test_prefetch_falls_back_when_runs_grow_long() -> None:
     assert policy.extra() == 0
 
 
+def test_prefetch_falls_back_at_once_when_long_runs_follow_short_ones() -> None:
+    """Runs that turn long count as soon as they end, before the next refill: the node
+    stops claiming ahead on the strength of the short runs it saw before."""
+    from tickwork.node.slots import Prefetch
+
+    policy = Prefetch(concurrency=16, cap=1024)
+    for _ in range(5):
+        for _ in range(480):
+            policy.observe_run(0.00002)
+        policy.observe_refill(0.03)
+    assert policy.extra() == 1024
+    for _ in range(16):  # each slot's run now takes 10 s; no claim (refill) since
+        policy.observe_run(10.0)
+    assert policy.extra() < 16
+
+
+def test_prefetch_keeps_its_estimate_through_refills_with_no_run_ended() -> None:
+    """Refills with nothing ended (all claims skipped, or claimed ahead) change no weight:
+    the estimate does not dwindle to nothing and swing to the cap."""
+    from tickwork.node.slots import Prefetch
+
+    policy = Prefetch(concurrency=8, cap=512)
+    for _ in range(100):
+        policy.observe_run(0.5)
+    policy.observe_refill(0.01)
+    before = policy.extra()
+    for _ in range(2_000):
+        policy.observe_refill(0.01)
+    assert policy.run_s == 0.5 and policy.extra() == before == 0
+
+
 def test_a_prefetched_run_records_when_it_really_started(app: App) -> None:
     node = Node(app, concurrency=1)
     tasks = [app.schedule("t.outlives_lease", kwargs={"seconds": 0.05}) for _ in range(6)]

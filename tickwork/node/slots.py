@@ -41,41 +41,41 @@ class Prefetch:
     def __init__(self, concurrency: int, cap: int) -> None:
         self.concurrency = concurrency
         self.cap = cap
-        self.run_s: float | None = None
         self.refill_s: float | None = None
-        self._lock = threading.Lock()  # slot threads add runs while the poll loop folds them
-        self._ran_s = 0.0
-        self._ran = 0
-        self._weighed_s = 0.0
-        self._weight = 0.0
+        self._lock = threading.Lock()  # slot threads add runs while the poll loop reads them
+        self._since_s, self._since = 0.0, 0  # the runs ended since the last refill
+        self._before_s, self._before = 0.0, 0.0  # those before it, weighed
 
     def observe_run(self, seconds: float) -> None:
         with self._lock:
-            self._ran_s += seconds
-            self._ran += 1
+            self._since_s += seconds
+            self._since += 1
 
     def observe_refill(self, seconds: float) -> None:
-        """A refill took ``seconds``: the runs ended since the last one count from now."""
-        self._fold(self.DECAY)
+        """A refill took ``seconds``: the runs ended before it weigh less from now on. A
+        refill with none ended changes no weight (they would otherwise dwindle to nothing)."""
+        with self._lock:
+            if self._since:
+                self._before_s = self._before_s * self.DECAY + self._since_s
+                self._before = self._before * self.DECAY + self._since
+                self._since_s, self._since = 0.0, 0
         previous = self.refill_s
         self.refill_s = seconds if previous is None else previous + self.REFILL_SMOOTHING * (seconds - previous)
 
-    def extra(self) -> int:
-        if self.run_s is None:
-            self._fold(1.0)  # the first runs count as soon as they end
-        if self.cap <= 0 or self.run_s is None or self.refill_s is None:
-            return 0
-        return min(self.cap, int(self.concurrency * self.refill_s / max(self.run_s, 1e-6)))
-
-    def _fold(self, decay: float) -> None:
-        """Add the runs ended since the last fold, the earlier ones weighing ``decay``."""
+    @property
+    def run_s(self) -> float | None:
+        """The mean run time, each run weighed as above (None: no run ended yet). The runs
+        since the last refill count as soon as they end: a few long ones after many short
+        ones bring it down at once."""
         with self._lock:
-            ran_s, ran = self._ran_s, self._ran
-            self._ran_s, self._ran = 0.0, 0
-        self._weighed_s = self._weighed_s * decay + ran_s
-        self._weight = self._weight * decay + ran
-        if self._weight > 0:
-            self.run_s = self._weighed_s / self._weight
+            weight = self._before + self._since
+            return None if weight == 0 else (self._before_s + self._since_s) / weight
+
+    def extra(self) -> int:
+        run_s = self.run_s
+        if self.cap <= 0 or run_s is None or self.refill_s is None:
+            return 0
+        return min(self.cap, int(self.concurrency * self.refill_s / max(run_s, 1e-6)))
 
 
 class RunThreads:

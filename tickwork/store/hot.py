@@ -75,7 +75,10 @@ class SetBased:
 
 def _written(s: Session, query: str, fast: str | None, params: Mapping[str, Any]) -> list[Row]:
     """``query``'s rows, or ``fast``'s where it has one and no row it inserts is there
-    already. Each statement commits itself: the one refused changed nothing."""
+    already. Only for a session whose statements commit themselves (``SetBased``): the
+    one refused changed nothing, and left no transaction to abort. (A refusal before the
+    statement's first success on a connection leaves the server, until that connection
+    closes, a prepared statement psycopg forgot: as rare as the refusals.)"""
     if fast is not None:
         try:
             return s.fetch_all(fast, params)
