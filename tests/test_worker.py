@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tickwork import App, Context, ExecutionStatus, InvalidState, Status
+from tickwork.node.slots import Prefetch
 from tickwork.node.worker import Worker
 
 
@@ -352,8 +353,6 @@ def test_a_failing_policy_ends_the_task_failed_instead_of_leaking_its_slot(
 
 
 def test_prefetch_follows_how_long_runs_take() -> None:
-    from tickwork.node.slots import Prefetch
-
     policy = Prefetch(concurrency=8, cap=32)
     assert policy.extra() == 0  # nothing observed yet: only the free slots
     policy.observe_refill(0.002)
@@ -367,17 +366,20 @@ def test_prefetch_follows_how_long_runs_take() -> None:
     assert Prefetch(concurrency=8, cap=0).extra() == 0
 
 
-def test_prefetch_is_not_dragged_down_by_a_few_runs_a_claim_paused() -> None:
-    """A claim that decodes a batch holds the GIL: the few runs it paused take
-    milliseconds, the hundreds around them microseconds. The runs of a refill count as
-    their mean: the node still holds the cap, where one sample at a time had sunk it."""
-    from tickwork.node.slots import Prefetch
-
-    policy = Prefetch(concurrency=16, cap=1024)
+def refills_of_tiny_runs(policy: Prefetch) -> None:
+    """Five refills of 30 ms, 480 runs of 20 µs before each: W1's steady part."""
     for _ in range(5):
         for _ in range(480):
             policy.observe_run(0.00002)
         policy.observe_refill(0.03)
+
+
+def test_prefetch_is_not_dragged_down_by_a_few_runs_a_claim_paused() -> None:
+    """A claim that decodes a batch holds the GIL: the few runs it paused take
+    milliseconds, the hundreds around them microseconds. The runs of a refill count as
+    their mean: the node still holds the cap, where one sample at a time had sunk it."""
+    policy = Prefetch(concurrency=16, cap=1024)
+    refills_of_tiny_runs(policy)
     assert policy.extra() == 1024
     for _ in range(480):
         policy.observe_run(0.00002)
@@ -390,8 +392,6 @@ def test_prefetch_is_not_dragged_down_by_a_few_runs_a_claim_paused() -> None:
 def test_a_nodes_first_slow_runs_do_not_hold_its_prefetch_down() -> None:
     """A node's first runs are slow (code run for the first time): counted by their
     number, a few of them weigh little once the next refill brings hundreds of fast ones."""
-    from tickwork.node.slots import Prefetch
-
     policy = Prefetch(concurrency=16, cap=1024)
     policy.observe_refill(0.015)
     for _ in range(2):
@@ -404,8 +404,6 @@ def test_a_nodes_first_slow_runs_do_not_hold_its_prefetch_down() -> None:
 
 
 def test_prefetch_falls_back_when_runs_grow_long() -> None:
-    from tickwork.node.slots import Prefetch
-
     policy = Prefetch(concurrency=8, cap=512)
     for _ in range(100):
         policy.observe_run(0.0001)
@@ -420,13 +418,8 @@ def test_prefetch_falls_back_when_runs_grow_long() -> None:
 def test_prefetch_falls_back_at_once_when_long_runs_follow_short_ones() -> None:
     """Runs that turn long count as soon as they end, before the next refill: the node
     stops claiming ahead on the strength of the short runs it saw before."""
-    from tickwork.node.slots import Prefetch
-
     policy = Prefetch(concurrency=16, cap=1024)
-    for _ in range(5):
-        for _ in range(480):
-            policy.observe_run(0.00002)
-        policy.observe_refill(0.03)
+    refills_of_tiny_runs(policy)
     assert policy.extra() == 1024
     for _ in range(16):  # each slot's run now takes 10 s; no claim (refill) since
         policy.observe_run(10.0)
@@ -436,8 +429,6 @@ def test_prefetch_falls_back_at_once_when_long_runs_follow_short_ones() -> None:
 def test_prefetch_keeps_its_estimate_through_refills_with_no_run_ended() -> None:
     """Refills with nothing ended (all claims skipped, or claimed ahead) change no weight:
     the estimate does not dwindle to nothing and swing to the cap."""
-    from tickwork.node.slots import Prefetch
-
     policy = Prefetch(concurrency=8, cap=512)
     for _ in range(100):
         policy.observe_run(0.5)
