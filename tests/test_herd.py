@@ -111,11 +111,14 @@ def test_two_nodes_drain_a_burst_of_20000_due_tasks_exactly_once(pg_url: str, re
         client.registry.add(definition.name, definition.func, definition.options)
     fleet = Fleet(pg_url, records)
     try:
+        # Both nodes up first: each claims up to 520 of such tiny runs at a time, and one
+        # that started well before the other could otherwise take them all.
+        nodes = [fleet.start(concurrency=8) for _ in range(2)]
+        wait_for(lambda: len(client.nodes()) == 2, timeout=60)
         due = client.store.now()
         ids: set[int] = set()
         for _ in range(4):
             ids |= {t.id for t in client.schedule_many([{"task": "test.record", "at": due}] * 5000)}
-        nodes = [fleet.start(concurrency=8) for _ in range(2)]
         wait_for(lambda: client.stats().by_status.get("COMPLETED", 0) == 20_000, timeout=120)
         for node in nodes:
             assert node.terminate() == 0, node.output()

@@ -24,10 +24,13 @@ def count(app: App, status: str) -> int:
 
 @pytest.mark.parametrize("claim", ["skip_locked", "optimistic"])
 def test_four_nodes_run_each_of_10000_tasks_exactly_once(client: App, fleet: Fleet, records: Path, claim: str) -> None:
+    """The four nodes are up before the tasks come: each claims up to 1,040 of such tiny
+    runs at a time, so three that started first could otherwise take them all."""
+    nodes = [fleet.start(concurrency=16, env={"TICKWORK_TEST_CLAIM": claim}) for _ in range(4)]
+    wait_for(lambda: len(client.nodes()) == 4, timeout=60)
     ids: set[int] = set()
     for _ in range(2):
         ids |= {t.id for t in client.schedule_many([{"task": "test.record"} for _ in range(5000)])}
-    nodes = [fleet.start(concurrency=16, env={"TICKWORK_TEST_CLAIM": claim}) for _ in range(4)]
     wait_for(lambda: count(client, "COMPLETED") == 10_000, timeout=180)
     for node in nodes:
         assert node.terminate() == 0, node.output()

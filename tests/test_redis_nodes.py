@@ -117,8 +117,9 @@ def test_four_locking_nodes_run_each_of_5000_tasks_exactly_once_under_their_lock
     redis_prefix: str,
 ) -> None:
     env = {"TICKWORK_TEST_REDIS_URL": redis_url, "TICKWORK_TEST_REDIS_PREFIX": redis_prefix}
-    ids = {t.id for t in client.schedule_many([{"task": "test.record_locked"} for _ in range(5000)])}
     nodes = [fleet.start(concurrency=8, env=env) for _ in range(4)]
+    wait_for(lambda: len(client.nodes()) == 4, timeout=60)  # all up first: see test_postgres_nodes
+    ids = {t.id for t in client.schedule_many([{"task": "test.record_locked"} for _ in range(5000)])}
     wait_for(lambda: completed(client) == 5000, timeout=120)
     for node in nodes:
         assert node.terminate() == 0, node.output()
