@@ -21,15 +21,18 @@ POLL = 30.0
 
 
 class CountingStore:
-    """The node's store, counting the claims made through it."""
+    """The node's store, counting the claims made through it, and those that took work."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
         self.claims = 0
+        self.taking = 0
 
     def claim(self, *args: Any, **kwargs: Any) -> Any:
         self.claims += 1
-        return self._store.claim(*args, **kwargs)
+        got = self._store.claim(*args, **kwargs)
+        self.taking += bool(got)
+        return got
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -54,6 +57,12 @@ class Node(WorkerNode):
     def claims(self) -> int:
         assert self.store is not None
         return self.store.claims
+
+    @property
+    def taking(self) -> int:
+        """Claims that took at least one task."""
+        assert self.store is not None
+        return self.store.taking
 
 
 @pytest.fixture
