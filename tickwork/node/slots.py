@@ -27,8 +27,8 @@ class Prefetch:
     the others. Run by run they did not: a claim decoding a batch holds the GIL for
     milliseconds, the few tiny runs it paused then took 5 ms or more, and read right
     after (at the next claim) they dragged the estimate down to a tenth of the cap; the
-    node then claimed too little and ran dry before its next claim came back (W1: one
-    claim in two ran dry; steady exec/s +10 % once averaged). Weighed by their number,
+    node then claimed too little and ran dry before its next claim came back (W1: about
+    one claim in three ran dry; steady exec/s +10 % once averaged). Weighed by their number,
     the first few runs of a node (slow: code run for the first time) do not hold its
     prefetch down once hundreds have followed.
     """
