@@ -147,9 +147,10 @@ def test_a_node_starts_each_run_claimed_ahead_at_its_due_time_not_before(app: Ap
         assert run.started_at is not None and run.started_at >= task.next_run_at
     # six due times 50 ms apart, within one claim's second ahead: one claim took them
     # all; one each would take six. Around it, claims that find nothing: the first on
-    # start, the news of the schedule (the in-process wake-up can come before the
-    # insert commits, its NOTIFY after), on PostgreSQL the keeper's, and one for the
-    # two slots the six left free.
+    # start, on PostgreSQL those of the node's start-up (its listening connection's first
+    # notice and its becoming its group's keeper: traced, these can both land before the
+    # schedule commits, each then a claim of its own), and one for the two slots the six
+    # left free.
     assert taking == 1, f"{taking} claims took the 6 runs due within a second"
     assert claims <= 6, f"{claims} claims for 6 runs due within a second"
 
