@@ -248,8 +248,9 @@ def test_a_stuck_thread_past_max_runtime_ends_its_execution_at_the_deadline_and_
 def test_cancels_racing_the_start_of_1000_runs_never_overwrite_a_state(
     client: App, fleet: Fleet, records: Path
 ) -> None:
-    """Each task is cancelled within ±50 ms of its due time while 2 nodes claim and run:
-    whoever wins, the task's status agrees with its executions."""
+    """Each task is cancelled from 100 ms before its due time to 50 ms after while 2
+    nodes claim and run (a claim takes a task up to ``claim_ahead``, 50 ms, before it is
+    due): whoever wins, the task's status agrees with its executions."""
     count, spread = 1000, 4.0
     first_due = client.store.now() + timedelta(seconds=3)
     dues = [first_due + timedelta(seconds=spread * i / count) for i in range(count)]
@@ -257,12 +258,15 @@ def test_cancels_racing_the_start_of_1000_runs_never_overwrite_a_state(
     for _ in range(2):
         fleet.start(concurrency=8, env=SHORT_LEASE)
     rng = random.Random(5)
-    jittered = [due + timedelta(seconds=rng.uniform(-0.05, 0.05)) for due in dues]
+    jittered = [due + timedelta(seconds=rng.uniform(-0.1, 0.05)) for due in dues]
     plan = sorted(zip(jittered, [t.id for t in tasks], strict=True))
-    offset = client.store.now() - client.store.approximate_now()  # local clock → store clock
     too_late = 0
     for at, task_id in plan:
-        wait = (at - (client.store.approximate_now() + offset)).total_seconds()
+        # approximate_now: the store's clock from its quickest reads. An offset taken as
+        # now() - approximate_now() puts the loop late by now()'s return trip, however
+        # long it took (the likely cause of a loaded CI run with every cancel after its
+        # claim: 0 of 1000 cancelled before running).
+        wait = (at - client.store.approximate_now()).total_seconds()
         if wait > 0:
             time.sleep(wait)  # the test's own pacing: cancel at the planned instant
         try:
