@@ -210,6 +210,28 @@ def test_run_worker_raises_it_while_the_node_runs(tmp_path: Path, monkeypatch: p
     assert gc.get_threshold() == DEFAULT
 
 
+def test_run_worker_raises_it_from_the_nodes_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening the store, the start-up sync and building the node import and make most
+    of a worker's long-lived objects: the collector is held to the node's threshold
+    through them too, and put back after."""
+    seen: list[tuple[int, int, int]] = []
+    at_sync: list[tuple[int, int, int]] = []
+    sync = App.sync_schedules
+
+    def recording_sync(self: App, *args: Any, **kwargs: Any) -> Any:
+        at_sync.append(gc.get_threshold())
+        return sync(self, *args, **kwargs)
+
+    monkeypatch.setattr(App, "sync_schedules", recording_sync)
+    app = _recording_app(tmp_path, seen)
+    try:
+        _run_until_ran(app, monkeypatch, seen)
+    finally:
+        app.close()
+    assert at_sync == [(gc_young.NODE_THRESHOLD, 10, 10)]
+    assert gc.get_threshold() == DEFAULT
+
+
 def test_run_worker_with_none_leaves_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[int, int, int]] = []
     app = _recording_app(tmp_path, seen)

@@ -74,7 +74,7 @@ log = logging.getLogger("tickwork.worker")
     default=NODE_THRESHOLD,
     show_default=True,
     metavar="N",
-    help="While the node runs, Python's cyclic garbage collector waits for at least N new objects "
+    help="From the node's start until it ends, Python's cyclic garbage collector waits for at least N new objects "
     "(gc.set_threshold; never lowered); 0 leaves it as it is.",
 )
 @log_options("the node's")
