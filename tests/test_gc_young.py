@@ -199,21 +199,12 @@ def _recording_app(tmp_path: Path, seen: list[tuple[int, int, int]]) -> App:
     return app
 
 
-def test_run_worker_raises_it_while_the_node_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[tuple[int, int, int]] = []
-    app = _recording_app(tmp_path, seen)
-    try:
-        _run_until_ran(app, monkeypatch, seen)
-    finally:
-        app.close()
-    assert seen == [(gc_young.NODE_THRESHOLD, 10, 10)]
-    assert gc.get_threshold() == DEFAULT
-
-
-def test_run_worker_raises_it_from_the_nodes_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_worker_raises_it_from_the_nodes_start_until_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Opening the store, the start-up sync and building the node import and make most
     of a worker's long-lived objects: the collector is held to the node's threshold
-    through them too, and put back after."""
+    through them too, while the node runs, and put back after."""
     seen: list[tuple[int, int, int]] = []
     at_sync: list[tuple[int, int, int]] = []
     sync = App.sync_schedules
@@ -229,6 +220,7 @@ def test_run_worker_raises_it_from_the_nodes_start(tmp_path: Path, monkeypatch: 
     finally:
         app.close()
     assert at_sync == [(gc_young.NODE_THRESHOLD, 10, 10)]
+    assert seen == [(gc_young.NODE_THRESHOLD, 10, 10)]
     assert gc.get_threshold() == DEFAULT
 
 
