@@ -28,9 +28,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.ceiling import postgres_ceiling
 from bench.peers import bare
 from bench.pg_cpu import database_cpu
-from bench.tickwork_bench import _postgres_ceiling, drop, fresh_store, schedule
+from bench.tickwork_bench import drop, fresh_store, schedule
 from tickwork import App
 from tickwork.model import Claim, ExecutionStatus, Outcome
 from tickwork.schedules import outcome_of
@@ -70,7 +71,7 @@ def ceiling_loop(folder: Path, n: int) -> tuple[float, float]:
         schedule(store, [datetime.now(UTC) - timedelta(seconds=1)] * n)
         fd = os.open(os.devnull, os.O_WRONLY)
         try:
-            _, database_us, client_us = timed(n, lambda: _postgres_ceiling(store.url, fd))
+            _, database_us, client_us = timed(n, lambda: postgres_ceiling(store.url, fd))
         finally:
             os.close(fd)
         return database_us, client_us

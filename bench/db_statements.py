@@ -27,8 +27,9 @@ from typing import Any
 
 import psycopg
 
+from bench.ceiling import CLAIMABLE
 from bench.db_cost import BATCH, NODE, claim_all, completed, timed
-from bench.tickwork_bench import _CLAIMABLE, drop, fresh_store, schedule
+from bench.tickwork_bench import drop, fresh_store, schedule
 from tickwork import App
 from tickwork.store import encoding
 
@@ -40,9 +41,7 @@ WRITE_VARIANTS = (
     "write's JSON parsed alone",
     "update of status by key",
 )
-_PICK = (
-    f"SELECT id FROM tickwork_tasks WHERE {_CLAIMABLE} ORDER BY next_run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED"
-)
+_PICK = f"SELECT id FROM tickwork_tasks WHERE {CLAIMABLE} ORDER BY next_run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED"
 
 
 def claim_variants(texts: dict[str, str]) -> dict[str, str]:

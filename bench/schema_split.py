@@ -31,8 +31,9 @@ from pathlib import Path
 
 import psycopg
 
+from bench.ceiling import CLAIMABLE
 from bench.db_cost import BATCH, NODE, arguments, print_medians, timed
-from bench.tickwork_bench import _CLAIMABLE, drop, fresh_store, schedule
+from bench.tickwork_bench import drop, fresh_store, schedule
 from tickwork.store.postgres import PostgresDialect
 
 LAYOUTS = ("one row", "split")
@@ -77,7 +78,7 @@ def statements(texts: dict[str, str], table: str) -> tuple[str, str]:
     sets = texts["claimed_set"].replace("%(lease)s", "30")
     # Each layout's pick walks its claim index (tickwork's: the plain tasks' partial index,
     # whose predicate it must repeat; a pick that did not was a sequential scan a claim).
-    claimable = _CLAIMABLE if table == "tickwork_tasks" else "queue = 'default' AND status = 'PENDING'"
+    claimable = CLAIMABLE if table == "tickwork_tasks" else "queue = 'default' AND status = 'PENDING'"
     pick = (
         f"SELECT id FROM {table} WHERE {claimable} AND next_run_at <= now()"
         f" ORDER BY next_run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED"

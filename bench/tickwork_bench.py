@@ -26,7 +26,6 @@ import argparse
 import compileall
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -61,76 +60,6 @@ def make_app(url: str, claim: str | None, sink: Path | None, poll: float = 1.0) 
 
 def node_main(url: str, claim: str | None, sink: Path, poll: float) -> None:
     make_app(url, claim, sink, poll).run_worker(concurrency=16)
-
-
-def ceiling_main(url: str, sink: Path) -> None:
-    fd = os.open(sink / f"{os.getpid()}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    if url.startswith("sqlite"):
-        _sqlite_ceiling(url.removeprefix("sqlite:///"), fd)
-    else:
-        _postgres_ceiling(url, fd)
-
-
-# The predicate of tickwork's index of claimable plain tasks (migration 0013), so that
-# the bare loop walks the same index in the same order as a node's claim does.
-_CLAIMABLE = (
-    "queue = 'default' AND status = 'PENDING' AND priority = 0 "
-    "AND lock IS NULL AND max_running IS NULL AND rate_limit IS NULL"
-)
-
-
-def _sqlite_ceiling(path: str, fd: int) -> None:
-    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-    conn.execute("PRAGMA synchronous=NORMAL")
-    while True:
-        conn.execute("BEGIN IMMEDIATE")
-        rows = conn.execute(
-            "UPDATE tickwork_tasks SET status='RUNNING' WHERE id IN (SELECT id FROM tickwork_tasks "
-            f"WHERE {_CLAIMABLE} ORDER BY next_run_at, id LIMIT 500) RETURNING id, kwargs"
-        ).fetchall()
-        conn.execute("COMMIT")
-        if not rows:
-            return
-        now = int(time.time() * 1e6)
-        os.write(fd, "".join(f"{_bid(k)} {time.time_ns()}\n" for _, k in rows).encode())
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(
-            "INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, finished_at, status) "
-            "VALUES (?, 1, ?, ?, ?, 'COMPLETED')",
-            [(i, now, now, now) for i, _ in rows],
-        )
-        conn.executemany("UPDATE tickwork_tasks SET status='COMPLETED' WHERE id=?", [(i,) for i, _ in rows])
-        conn.execute("COMMIT")
-
-
-def _postgres_ceiling(url: str, fd: int) -> None:
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        while True:
-            rows = conn.execute(
-                "UPDATE tickwork_tasks SET status='RUNNING' WHERE id IN (SELECT id FROM tickwork_tasks "
-                f"WHERE {_CLAIMABLE} ORDER BY next_run_at, id LIMIT 500 FOR UPDATE SKIP LOCKED) "
-                "RETURNING id, kwargs"
-            ).fetchall()
-            if not rows:
-                conn.commit()
-                return
-            os.write(fd, "".join(f"{k['bid']} {time.time_ns()}\n" for _, k in rows).encode())
-            ids = [i for i, _ in rows]
-            conn.execute(
-                "INSERT INTO tickwork_executions (task_id, attempt, scheduled_for, started_at, finished_at, status) "
-                "SELECT i, 1, now(), now(), now(), 'COMPLETED' FROM unnest(%s::bigint[]) AS i",
-                (ids,),
-            )
-            conn.execute("UPDATE tickwork_tasks SET status='COMPLETED' WHERE id = ANY(%s)", (ids,))
-            conn.commit()
-
-
-def _bid(kwargs: str) -> int:
-    import json
-
-    return int(json.loads(kwargs)["bid"])
 
 
 # -- one store's run ------------------------------------------------------------------------
@@ -187,16 +116,13 @@ class Run:
         compile_checkout()
         launched = time.time()
         for _ in range(count):
-            args = ["--ceiling", self.store.url] if ceiling else ["--node", self.store.url, "--poll", str(poll)]
-            if self.store.claim and not ceiling:
-                args += ["--claim", self.store.claim]
-            self.procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "bench.tickwork_bench", *args, "--sink", str(self.sink)],
-                    cwd=ROOT,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+            if ceiling:  # a process that loads nothing of tickwork's (bench/ceiling.py)
+                argv = ["-m", "bench.ceiling", self.store.url, str(self.sink)]
+            else:
+                argv = ["-m", "bench.tickwork_bench", "--node", self.store.url, "--poll", str(poll)]
+                argv += ["--claim", self.store.claim] if self.store.claim else []
+                argv += ["--sink", str(self.sink)]
+            self.procs.append(subprocess.Popen([sys.executable, *argv], cwd=ROOT, stderr=subprocess.DEVNULL))
         return launched
 
     def starts(self) -> list[tuple[int, float]]:
@@ -424,15 +350,12 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every N (0.1 for a smoke run)")
     parser.add_argument("--w5-only", action="store_true", help="run only W5 (the 100,000-task herd)")
     parser.add_argument("--node")
-    parser.add_argument("--ceiling")
     parser.add_argument("--claim")
     parser.add_argument("--poll", type=float, default=1.0)
     parser.add_argument("--sink", type=Path)
     args = parser.parse_args()
     if args.node:
         return node_main(args.node, args.claim, args.sink, args.poll)
-    if args.ceiling:
-        return ceiling_main(args.ceiling, args.sink)
 
     def n(value: int) -> int:
         return max(10, int(value * args.scale))

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from bench.peers import bare
-from bench.tickwork_bench import CHUNK, make_app
 
 PGQUEUER_CHUNK = 5000
 
@@ -27,6 +26,8 @@ class System:
             return asyncio.run(_pgqueuer_enqueue(url, due))
         if self.kind == "bare":
             return bare.store(url, due)
+        from bench.tickwork_bench import CHUNK, make_app  # not at the top: workers parse names too
+
         app = make_app(url, "skip_locked", None)
         app.stats()  # the schema migrated and a connection open: setup, not enqueue
         started = time.perf_counter()
