@@ -7,7 +7,7 @@ Two of these run as W1's workers: claim 500 due rows (PostgreSQL ``FOR UPDATE SK
 LOCKED``), do nothing, write one execution row per task and mark them done in one
 transaction, until nothing is due. This module imports neither tickwork nor anything
 of the benchmarks that does: a ceiling process that loaded tickwork at its start (as it
-once did) started ~0.1 s of CPU later, a handicap the ratios to it then hid.
+once did) started ~60 ms of CPU later, a handicap the ratios to it then hid.
 """
 
 from __future__ import annotations

@@ -6,12 +6,12 @@ and compare the ratios (the absolute rates move with the machine; the ratio much
     .venv/bin/python -m bench.guard [--stores skip_locked,sqlite] [--rounds 3] [--tasks 20000]
         [--floor 0.0]
 
-The ceiling is bench/tickwork_bench.py's: 2 processes claiming 500 rows at a time from
-the same index a node reads, doing nothing, writing one execution row per task and
-marking them done. On PostgreSQL each round also runs the bare ceiling of bench/peers
-(the same loop on tables made only for it: the floor of any scheduler that logs every
-run, which the performance goals are set against). ``--floor R`` exits 1 when a store's
-median ratio to its own ceiling is below R.
+The ceiling is bench/ceiling.py's loop, 2 processes (as bench/tickwork_bench.py runs it)
+claiming 500 rows at a time from the same index a node reads, doing nothing, writing one
+execution row per task and marking them done. On PostgreSQL each round also runs the
+bare ceiling of bench/peers (the same loop on tables made only for it: the floor of any
+scheduler that logs every run, which the performance goals are set against). ``--floor
+R`` exits 1 when a store's median ratio to its own ceiling is below R.
 """
 
 from __future__ import annotations

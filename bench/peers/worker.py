@@ -39,7 +39,7 @@ def pgqueuer_main(url: str, sink: Path, batch_size: int) -> None:
 
 def main(argv: list[str]) -> None:
     # Each system's process loads only its own code: a worker of pgqueuer or of a bare
-    # loop that also imported tickwork would start ~0.1 s of CPU later, a handicap of
+    # loop that also imported tickwork would start ~60 ms of CPU later, a handicap of
     # theirs in every "from launch" figure (as it was until this was found).
     system, url, sink = parse_system(argv[0]), argv[1], Path(argv[2])
     if system.kind == "tickwork":
