@@ -314,3 +314,43 @@ def _member(members: dict[str, E], value: str) -> E:
 def _optional_float(value: Any) -> float | None:
     """SQLite hands back a REAL that holds a whole number as an int."""
     return None if value is None else float(value)
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def stored_converters(d: Dialect) -> list[tuple[int, Callable[[Any], Any]]]:
+    """``Decoder._task``'s conversion of each column that it converts, by the column's
+    place in TASK_COLUMNS (the others are taken as they are): for a claimed row read by
+    position as a driver hands it over unconverted (SQLite's: times as integer
+    microseconds, JSON as text, booleans as 0/1; claim_rows.StoredLayout). Kept in step
+    with ``_task`` by tests/test_claim_rows.py, which decodes rows both ways."""
+
+    def time(value: Any) -> datetime:
+        decoded = d.decode_time(value)
+        if decoded is None:
+            raise ValueError("unexpected NULL time")
+        return decoded
+
+    def member(members: dict[str, Any]) -> Callable[[Any], Any]:
+        return lambda value: _member(members, value)
+
+    def last_status(value: Any) -> ExecutionStatus | None:
+        return _member(_EXECUTION_STATUSES, value) if value else None
+
+    optional_time = d.decode_time
+    by_column: dict[str, Callable[[Any], Any]] = {
+        "id": int, "args": d.decode_json, "kwargs": d.decode_json, "kind": member(_KINDS),
+        "interval_seconds": _optional_float, "scheduled_at": time, "next_run_at": time,
+        "status": member(_STATUSES), "misfire": member(_MISFIRES), "misfire_grace": float, "jitter": float,
+        "timeout": _optional_float, "max_retries": int, "retry_backoff": float, "priority": int, "version": int,
+        "lease_expires_at": optional_time, "cancel_requested": bool, "triggered": bool, "attempt": int,
+        "run_count": int, "last_status": last_status, "created_at": time, "updated_at": time,
+        "overlap": member(_OVERLAPS), "on_lost": member(_ON_LOST), "cancel_run_only": bool,
+        "max_runtime": _optional_float, "until_at": optional_time, "max_runs": _optional_int,
+        "declared_at": optional_time, "removed_at": optional_time, "revision": int, "replan_at": optional_time,
+        "replan_run_at": optional_time, "queue": str, "max_running": _optional_int, "max_lost": int,
+        "lost_runs": int,
+    }  # fmt: skip
+    return [(i, by_column[column]) for i, column in enumerate(TASK_COLUMNS) if column in by_column]
