@@ -325,7 +325,7 @@ def stored_converters(d: Dialect) -> list[tuple[int, Callable[[Any], Any]]]:
     place in TASK_COLUMNS (the others are taken as they are): for a claimed row read by
     position as a driver hands it over unconverted (SQLite's: times as integer
     microseconds, JSON as text, booleans as 0/1; claim_rows.StoredLayout). Kept in step
-    with ``_task`` by tests/test_claim_rows.py, which decodes rows both ways."""
+    with ``_task`` by tests/test_sqlite_claim_rows.py, which decodes rows both ways."""
 
     def time(value: Any) -> datetime:
         decoded = d.decode_time(value)
