@@ -98,11 +98,14 @@ def test_a_value_the_decoder_refuses_is_refused_by_position_too(store: Store) ->
     assert raised.value.column == "overlap"
 
 
-def test_a_node_on_sqlite_claims_and_runs_through_the_positional_path(store: Store) -> None:
+def test_a_claim_on_sqlite_goes_by_position_and_gives_the_tasks_as_stored(store: Store) -> None:
+    """A store's claim: its layout agreed with the decoder on the first row (so every row
+    after it went by position), and each claimed task is the row read back by name."""
     for _ in range(3):
         due_task(store)
     claims = store.claim(NODE, ["t"], 10, 30)
     assert len(claims) == 3
-    by_name = [store.get_task(c.task.id) for c in claims]
-    assert [c.task.id for c in claims] == [t.id for t in by_name if t is not None]
+    layouts = store.dialect.hot_path._layouts.seen()  # type: ignore[attr-defined]
+    assert layouts and all(isinstance(layout, StoredLayout) and layout.agrees for layout in layouts)
+    assert [c.task for c in claims] == [store.get_task(c.task.id) for c in claims]
     assert all(c.task.status.value == "RUNNING" and c.task.lease_owner == NODE for c in claims)
