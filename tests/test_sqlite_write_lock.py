@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from tickwork.model import ExecutionStatus, Kind, Status
+from tickwork.schedules import outcome_of
+from tickwork.store import NewTask, open_store
 from tickwork.store import sqlite as sqlite_store
+from tickwork.store.dialect import StagedOutcomes
 from tickwork.store.sqlite import SQLiteDialect
 
 
@@ -62,3 +67,79 @@ def test_a_write_gives_up_after_the_busy_timeout(dialect: SQLiteDialect, monkeyp
         other.execute("ROLLBACK")
     with dialect.transaction() as s:  # free again: the next write goes through
         s.execute("delete_execution", {"execution_id": 0})
+
+
+def test_an_outcome_batch_is_staged_while_another_process_writes(tmp_path: Path) -> None:
+    """What a write of outcomes does before it takes the file's lock (encoding the batch,
+    filling the connection's own TEMP table) waits for no other process's write: the
+    other processes' claims do not queue behind it. Its write, here on another thread
+    (whose connection's table does not hold it), applies the batch all the same."""
+    store = open_store(f"sqlite:///{tmp_path / 'staged.db'}")
+    try:
+        store.migrate()
+        due = store.now() - timedelta(seconds=1)
+        store.insert_tasks(
+            [
+                NewTask(name="t", args=[i], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=due, next_run_at=due)
+                for i in range(3)
+            ]
+        )
+        claims = store.claim("node-a", ["t"], 10, 30.0)
+        assert len(claims) == 3
+        outcomes = [outcome_of(c, ExecutionStatus.COMPLETED, store.now(), result=c.task.args) for c in claims]
+        hot = store.dialect.hot_path  # type: ignore[attr-defined]
+        staged: list[StagedOutcomes] = []
+        other = holder(store.dialect)  # type: ignore[attr-defined]
+        try:
+            stager = threading.Thread(target=lambda: staged.append(hot.stage_outcomes(outcomes)))
+            stager.start()
+            stager.join(10)  # with the file's lock, it would wait for the busy timeout (30 s)
+            assert not stager.is_alive() and len(staged) == 1
+        finally:
+            other.execute("COMMIT")
+        with store.dialect.hot_path.session() as s:  # type: ignore[attr-defined]
+            assert hot.write_outcomes(s, "node-a", staged[0], expired_only=False) == [True, True, True]
+        for c in claims:
+            [execution] = store.list_executions(task_id=c.task.id)
+            assert (execution.status, execution.result) == (ExecutionStatus.COMPLETED, c.task.args)
+            assert store.get_task(c.task.id).status is Status.COMPLETED  # type: ignore[union-attr]
+    finally:
+        store.close()
+
+
+def test_a_hot_path_writes_only_a_batch_it_staged(tmp_path: Path) -> None:
+    """A batch staged by another hot path is refused before anything is written: its
+    rows are not in this connection's outcome table."""
+    store = open_store(f"sqlite:///{tmp_path / 'other.db'}")
+    try:
+        store.migrate()
+        with store.dialect.hot_path.session() as s, pytest.raises(TypeError, match="StagedOutcomes"):  # type: ignore[attr-defined]
+            store.dialect.hot_path.write_outcomes(s, "node-a", StagedOutcomes([]), expired_only=False)  # type: ignore[attr-defined]
+    finally:
+        store.close()
+
+
+def test_a_write_applies_its_own_batch_when_another_was_staged_since(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'twice.db'}")
+    try:
+        store.migrate()
+        due = store.now() - timedelta(seconds=1)
+        store.insert_tasks(
+            [
+                NewTask(name="t", args=[i], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=due, next_run_at=due)
+                for i in range(3)
+            ]
+        )
+        claims = sorted(store.claim("node-a", ["t"], 10, 30.0), key=lambda c: c.task.id)
+        hot = store.dialect.hot_path  # type: ignore[attr-defined]
+        first = hot.stage_outcomes([outcome_of(c, ExecutionStatus.COMPLETED, store.now()) for c in claims[:2]])
+        second = hot.stage_outcomes([outcome_of(claims[2], ExecutionStatus.FAILED, store.now())])
+        with hot.session() as s:
+            assert hot.write_outcomes(s, "node-a", first, expired_only=False) == [True, True]
+        statuses = [store.get_task(c.task.id).status for c in claims]  # type: ignore[union-attr]
+        assert statuses == [Status.COMPLETED, Status.COMPLETED, Status.RUNNING]
+        with hot.session() as s:
+            assert hot.write_outcomes(s, "node-a", second, expired_only=False) == [True]
+        assert store.get_task(claims[2].task.id).status is Status.FAILED  # type: ignore[union-attr]
+    finally:
+        store.close()

@@ -55,6 +55,14 @@ class Session(Protocol):
         ...
 
 
+@dataclasses.dataclass(frozen=True)
+class StagedOutcomes:
+    """A batch of outcomes as ``HotPath.stage_outcomes`` made it ready: each hot path
+    adds what it made of them, and writes only the batches it staged."""
+
+    outcomes: Sequence[Outcome]
+
+
 class HotPath(Protocol):
     """How a dialect writes claims, renewals and outcomes (db-scheduler's
     "customization" objects are the model). Every write is fenced by id, version and
@@ -76,10 +84,17 @@ class HotPath(Protocol):
         """Extend the leases of the ``(task_id, fence)`` runs ``node`` still holds."""
         ...
 
+    def stage_outcomes(self, outcomes: Sequence[Outcome]) -> StagedOutcomes:
+        """The batch made ready to write, before the write's session opens: what takes no
+        lock of the database's is done here (on SQLite the session holds the file's write
+        lock, which every other process waits for)."""
+        ...
+
     def write_outcomes(
-        self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool, fresh: bool = False
+        self, s: Session, node: str, staged: StagedOutcomes, *, expired_only: bool, fresh: bool = False
     ) -> list[bool]:
-        """Write each outcome's task state and execution row; per outcome, whether its
+        """Write each staged outcome's task state and execution row (the batch this hot
+        path's ``stage_outcomes`` made); per outcome, whether its
         fence held (with ``expired_only``, also whether the lease was still expired).
         ``fresh``: the runs' execution rows are most likely not written yet (a node's own
         runs, not a reconciler's), which a dialect may write more cheaply; one that is

@@ -13,15 +13,17 @@ one per row.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from tickwork.model import Outcome, Renewal
 from tickwork.store import encoding
 from tickwork.store.claim_rows import ClaimRow, Layouts, StoredLayout
-from tickwork.store.dialect import Dialect, Row, Session, unique_violation
+from tickwork.store.dialect import Dialect, Row, Session, StagedOutcomes, unique_violation
 
 
 class SetBased:
@@ -48,14 +50,10 @@ class SetBased:
             for r in s.fetch_all("renew_batch", params)
         ]
 
-    def write_outcomes(
-        self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool, fresh: bool = False
-    ) -> list[bool]:
-        """The batch in one statement, its times as whole microseconds; an outcome with
-        a time those cannot carry exactly (before 1684 or after 2255: encoding.py) goes in
-        a second statement, with its times as ISO text. ``fresh``: first as plain inserts
-        of the execution rows (``write_fresh_outcomes``); if one is there after all, that
-        statement changed nothing and the batch goes again as ``write_outcomes_batch``."""
+    def stage_outcomes(self, outcomes: Sequence[Outcome]) -> StagedOutcomes:
+        """Each outcome as JSON, its times as whole microseconds; one with a time those
+        cannot carry exactly (before 1684 or after 2255: encoding.py) with its times as
+        ISO text, for a statement of its own."""
         rows, far = [], []
         for o in outcomes:
             row = encoding.outcome_json(o)
@@ -63,8 +61,20 @@ class SetBased:
                 rows.append(row)
             else:
                 far.append(encoding.outcome_text_json(o))
+        return _JsonBatches(outcomes, rows, far)
+
+    def write_outcomes(
+        self, s: Session, node: str, staged: StagedOutcomes, *, expired_only: bool, fresh: bool = False
+    ) -> list[bool]:
+        """The batch in one statement (and its outcomes with far times in a second).
+        ``fresh``: first as plain inserts of the execution rows (``write_fresh_outcomes``);
+        if one is there after all, that statement changed nothing and the batch goes again
+        as ``write_outcomes_batch``."""
+        if not isinstance(staged, _JsonBatches):
+            raise TypeError(f"not a batch this hot path staged: {type(staged).__name__}")
+        outcomes = staged.outcomes
         written: set[tuple[int, int, int]] = set()
-        for query, batch in (("write_outcomes_batch", rows), ("write_outcomes_text", far)):
+        for query, batch in (("write_outcomes_batch", staged.rows), ("write_outcomes_text", staged.far)):
             if batch:
                 params = {"node": node, "expired_only": expired_only, "batch": "[" + ",".join(batch) + "]"}
                 fast = "write_fresh_outcomes" if fresh and query == "write_outcomes_batch" else None
@@ -93,9 +103,15 @@ class RowByRow:
     """In one write transaction: claims and outcomes as two statements for the batch each
     (sqlite.sql), renewals one statement per row (``renew_lease``)."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, scratch: Callable[[], contextlib.AbstractContextManager[Session]]) -> None:
         self._d = dialect
         self._layouts = Layouts(lambda names: StoredLayout(names, dialect))
+        self._scratch = scratch
+        """A transaction of this thread's connection over its TEMP tables alone, which
+        takes no lock of the file's (``SQLiteDialect.scratch``)."""
+        self._filled = threading.local()
+        """``batch``: the batch in this thread's connection's outcome table (the dialect
+        keeps a connection per thread)."""
 
     def session(self) -> contextlib.AbstractContextManager[Session]:
         return self._d.transaction()
@@ -131,32 +147,68 @@ class RowByRow:
             if rows
         ]
 
-    def write_outcomes(
-        self, s: Session, node: str, outcomes: Sequence[Outcome], *, expired_only: bool, fresh: bool = False
-    ) -> list[bool]:
-        """The batch into the connection's own outcome table (one executemany), then two
-        statements for it all: a statement per row released the GIL and the file's write
-        lock waited, at each, for the process's other threads. (``fresh`` changes nothing:
-        SQLite writes a run's execution row at its claim.)"""
+    def stage_outcomes(self, outcomes: Sequence[Outcome]) -> StagedOutcomes:
+        """The batch into this thread's connection's own outcome table (one executemany),
+        before the write transaction: that table is the connection's alone (TEMP), so
+        filling it takes no lock of the file's, and the other processes do not wait
+        while it is encoded and filled (~6 µs an outcome). One run, one outcome: a
+        repeat of it is not written twice."""
         d = self._d
         positions: dict[tuple[int, int], int] = {}
         rows: list[tuple[Any, ...]] = []
-        for o in outcomes:  # one run, one outcome: a repeat of it is not written twice
+        for o in outcomes:
             key = (o.task_id, o.fence)
             if key not in positions:
                 positions[key] = len(rows)
                 rows.append(encoding.outcome_row(d, len(rows), o))
+        staged = _OutcomeTable(outcomes, positions, rows)
+        with self._scratch() as s:
+            self._fill(s, staged)
+        return staged
+
+    def _fill(self, s: Session, staged: _OutcomeTable) -> None:
         s.execute("clear_outcome_batch", {})
-        s.copy_rows("add_outcome_batch", rows)
+        s.copy_rows("add_outcome_batch", staged.rows)
+        self._filled.batch = staged
+
+    def write_outcomes(
+        self, s: Session, node: str, staged: StagedOutcomes, *, expired_only: bool, fresh: bool = False
+    ) -> list[bool]:
+        """Two statements for the staged batch: a statement per row released the GIL and
+        the file's write lock waited, at each, for the process's other threads. A batch
+        this thread's connection does not hold (staged on another thread, or another
+        staged since) is put in its table now. (``fresh`` changes nothing: SQLite writes a
+        run's execution row at its claim.)"""
+        if not isinstance(staged, _OutcomeTable):
+            raise TypeError(f"not a batch this hot path staged: {type(staged).__name__}")
+        if getattr(self._filled, "batch", None) is not staged:  # staged on another thread's connection
+            self._fill(s, staged)
+        d, positions = self._d, staged.positions
         common = {"now": d.encode_time(d.approximate_now()), "node": node, "expired_only": expired_only}
-        written = s.fetch_all("write_outcomes_batch", {**common, "positions": json.dumps(list(range(len(rows))))})
+        written = s.fetch_all("write_outcomes_batch", {**common, "positions": json.dumps(list(range(len(positions))))})
         applied = {(int(r["id"]), int(r["version"])) for r in written}
         if applied:
             s.execute("finish_executions_batch", {"positions": json.dumps([positions[key] for key in applied])})
         answered: set[tuple[int, int]] = set()
         result = []
-        for o in outcomes:
+        for o in staged.outcomes:
             key = (o.task_id, o.fence)
             result.append(key in applied and key not in answered)
             answered.add(key)
         return result
+
+
+@dataclasses.dataclass(frozen=True)
+class _JsonBatches(StagedOutcomes):
+    rows: list[str]
+    """The outcomes whose times fit whole microseconds, as JSON objects."""
+    far: list[str]
+    """The others, their times as ISO text."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _OutcomeTable(StagedOutcomes):
+    positions: dict[tuple[int, int], int]
+    """Each run's (task id, fence) and its row in the connection's outcome table."""
+    rows: list[tuple[Any, ...]]
+    """The table's rows (encoding.outcome_row)."""

@@ -179,10 +179,10 @@ class Runs:
         if not outcomes:
             return []
         order = sorted(range(len(outcomes)), key=lambda i: outcomes[i].task_id)
+        # Staged before the session: on SQLite that holds the file's write lock.
+        staged = self.hot.stage_outcomes([outcomes[i] for i in order])
         with self.hot.session() as s:
-            applied_sorted = self.hot.write_outcomes(
-                s, node, [outcomes[i] for i in order], expired_only=expired_only, fresh=not reaping
-            )
+            applied_sorted = self.hot.write_outcomes(s, node, staged, expired_only=expired_only, fresh=not reaping)
             if reaping and any(applied_sorted):
                 notify(self.dialect, s, "due")  # recovered runs are due again
         applied = [False] * len(outcomes)

@@ -100,7 +100,7 @@ class SQLiteDialect:
         )
         # One statement per row inside one write transaction: in-process statements cost
         # no round trip, and the file lock taken at BEGIN makes read-then-write safe.
-        self.hot_path: HotPath = RowByRow(self)
+        self.hot_path: HotPath = RowByRow(self, self.scratch)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -156,6 +156,20 @@ class SQLiteDialect:
             conn.execute("COMMIT")
 
     single = transaction  # one statement or several: the file lock is taken either way
+
+    @contextlib.contextmanager
+    def scratch(self) -> Iterator[_Session]:
+        """A transaction of this thread's connection for its TEMP tables alone (the
+        outcome batch): a deferred BEGIN that touches no table of the file takes none of
+        its locks, so it waits for no other process's write, nor holds one up."""
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            yield _Session(conn, self.texts)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[_Session]:
