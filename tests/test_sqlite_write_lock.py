@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tickwork.model import ExecutionStatus, Kind, Status
+from tickwork.model import Claim, ExecutionStatus, Kind, Status
 from tickwork.schedules import outcome_of
-from tickwork.store import NewTask, open_store
+from tickwork.store import NewTask, Store, open_store
 from tickwork.store import sqlite as sqlite_store
 from tickwork.store.dialect import StagedOutcomes
 from tickwork.store.sqlite import SQLiteDialect
@@ -69,6 +69,19 @@ def test_a_write_gives_up_after_the_busy_timeout(dialect: SQLiteDialect, monkeyp
         s.execute("delete_execution", {"execution_id": 0})
 
 
+def three_claimed(store: Store) -> list[Claim]:
+    """Three due one-time tasks in a fresh store, claimed by node-a, in task id order."""
+    store.migrate()
+    due = store.now() - timedelta(seconds=1)
+    new = [
+        NewTask(name="t", args=[i], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=due, next_run_at=due) for i in range(3)
+    ]
+    store.insert_tasks(new)
+    claims = sorted(store.claim("node-a", ["t"], 10, 30.0), key=lambda c: c.task.id)
+    assert len(claims) == 3
+    return claims
+
+
 def test_an_outcome_batch_is_staged_while_another_process_writes(tmp_path: Path) -> None:
     """What a write of outcomes does before it takes the file's lock (encoding the batch,
     filling the connection's own TEMP table) waits for no other process's write: the
@@ -76,16 +89,7 @@ def test_an_outcome_batch_is_staged_while_another_process_writes(tmp_path: Path)
     (whose connection's table does not hold it), applies the batch all the same."""
     store = open_store(f"sqlite:///{tmp_path / 'staged.db'}")
     try:
-        store.migrate()
-        due = store.now() - timedelta(seconds=1)
-        store.insert_tasks(
-            [
-                NewTask(name="t", args=[i], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=due, next_run_at=due)
-                for i in range(3)
-            ]
-        )
-        claims = store.claim("node-a", ["t"], 10, 30.0)
-        assert len(claims) == 3
+        claims = three_claimed(store)
         outcomes = [outcome_of(c, ExecutionStatus.COMPLETED, store.now(), result=c.task.args) for c in claims]
         hot = store.dialect.hot_path  # type: ignore[attr-defined]
         staged: list[StagedOutcomes] = []
@@ -122,15 +126,7 @@ def test_a_hot_path_writes_only_a_batch_it_staged(tmp_path: Path) -> None:
 def test_a_write_applies_its_own_batch_when_another_was_staged_since(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'twice.db'}")
     try:
-        store.migrate()
-        due = store.now() - timedelta(seconds=1)
-        store.insert_tasks(
-            [
-                NewTask(name="t", args=[i], kwargs={}, kind=Kind.ONE_TIME, scheduled_at=due, next_run_at=due)
-                for i in range(3)
-            ]
-        )
-        claims = sorted(store.claim("node-a", ["t"], 10, 30.0), key=lambda c: c.task.id)
+        claims = three_claimed(store)
         hot = store.dialect.hot_path  # type: ignore[attr-defined]
         first = hot.stage_outcomes([outcome_of(c, ExecutionStatus.COMPLETED, store.now()) for c in claims[:2]])
         second = hot.stage_outcomes([outcome_of(claims[2], ExecutionStatus.FAILED, store.now())])

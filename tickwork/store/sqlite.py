@@ -145,15 +145,8 @@ class SQLiteDialect:
         # Threads of one process queue on a Python lock: SQLite's own busy handler
         # sleeps in growing steps (up to 100 ms) while another connection writes, which
         # would serialise this process's threads at a fraction of the file's speed.
-        with self._write_lock:
-            conn = self._conn()
-            _begin_immediate(conn)
-            try:
-                yield _Session(conn, self.texts)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        with self._write_lock, self._within(_begin_immediate) as s:
+            yield s
 
     single = transaction  # one statement or several: the file lock is taken either way
 
@@ -162,8 +155,14 @@ class SQLiteDialect:
         """A transaction of this thread's connection for its TEMP tables alone (the
         outcome batch): a deferred BEGIN that touches no table of the file takes none of
         its locks, so it waits for no other process's write, nor holds one up."""
+        with self._within(lambda conn: conn.execute("BEGIN")) as s:
+            yield s
+
+    @contextlib.contextmanager
+    def _within(self, begin: Callable[[sqlite3.Connection], object]) -> Iterator[_Session]:
+        """A transaction of this thread's connection, opened by ``begin``."""
         conn = self._conn()
-        conn.execute("BEGIN")
+        begin(conn)
         try:
             yield _Session(conn, self.texts)
         except BaseException:
