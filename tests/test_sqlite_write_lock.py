@@ -101,6 +101,7 @@ def test_an_outcome_batch_is_staged_while_another_process_writes(tmp_path: Path)
             assert not stager.is_alive() and len(staged) == 1
         finally:
             other.execute("COMMIT")
+            other.close()
         with store.dialect.hot_path.session() as s:  # type: ignore[attr-defined]
             assert hot.write_outcomes(s, "node-a", staged[0], expired_only=False) == [True, True, True]
         for c in claims:
@@ -111,9 +112,9 @@ def test_an_outcome_batch_is_staged_while_another_process_writes(tmp_path: Path)
         store.close()
 
 
-def test_a_hot_path_writes_only_a_batch_it_staged(tmp_path: Path) -> None:
-    """A batch staged by another hot path is refused before anything is written: its
-    rows are not in this connection's outcome table."""
+def test_a_hot_path_refuses_a_batch_of_another_kind(tmp_path: Path) -> None:
+    """A batch another kind of hot path staged (PostgreSQL's JSON, say) carries no rows
+    for this one's table: refused before anything is written."""
     store = open_store(f"sqlite:///{tmp_path / 'other.db'}")
     try:
         store.migrate()
@@ -124,6 +125,8 @@ def test_a_hot_path_writes_only_a_batch_it_staged(tmp_path: Path) -> None:
 
 
 def test_a_write_applies_its_own_batch_when_another_was_staged_since(tmp_path: Path) -> None:
+    """The connection's table holds one batch, the last staged: an earlier one written
+    after it is put back first, each run's outcome its own."""
     store = open_store(f"sqlite:///{tmp_path / 'twice.db'}")
     try:
         claims = three_claimed(store)
@@ -137,5 +140,86 @@ def test_a_write_applies_its_own_batch_when_another_was_staged_since(tmp_path: P
         with hot.session() as s:
             assert hot.write_outcomes(s, "node-a", second, expired_only=False) == [True]
         assert store.get_task(claims[2].task.id).status is Status.FAILED  # type: ignore[union-attr]
+    finally:
+        store.close()
+
+
+def test_a_write_after_the_store_was_closed_and_opened_again_applies_its_batch(tmp_path: Path) -> None:
+    """Closing the store between the staging and the write (another thread's ``close``)
+    leaves the next write a new connection, its table empty: the batch goes in again."""
+    store = open_store(f"sqlite:///{tmp_path / 'closed.db'}")
+    try:
+        claims = three_claimed(store)
+        staged = store.dialect.hot_path.stage_outcomes(  # type: ignore[attr-defined]
+            [outcome_of(c, ExecutionStatus.COMPLETED, store.now()) for c in claims]
+        )
+        store.dialect.close()  # type: ignore[attr-defined]
+        with store.dialect.hot_path.session() as s:  # type: ignore[attr-defined]
+            assert store.dialect.hot_path.write_outcomes(s, "node-a", staged, expired_only=False) == [True] * 3  # type: ignore[attr-defined]
+        assert all(store.get_task(c.task.id).status is Status.COMPLETED for c in claims)  # type: ignore[union-attr]
+    finally:
+        store.close()
+
+
+def test_a_refill_rolled_back_leaves_the_table_saying_which_batch_it_holds(tmp_path: Path) -> None:
+    """A write that put its batch in the table and then failed rolls the table back to
+    the batch it held before: a later write of either batch writes that batch's outcomes."""
+    store = open_store(f"sqlite:///{tmp_path / 'rolled.db'}")
+    try:
+        claims = three_claimed(store)
+        hot = store.dialect.hot_path  # type: ignore[attr-defined]
+        first = hot.stage_outcomes([outcome_of(claims[0], ExecutionStatus.FAILED, store.now())])
+        second = hot.stage_outcomes([outcome_of(claims[0], ExecutionStatus.COMPLETED, store.now())])
+        with pytest.raises(RuntimeError, match="after the refill"), hot.session() as s:
+            hot.write_outcomes(s, "node-a", first, expired_only=True)  # refilled; nothing applies (lease live)
+            raise RuntimeError("after the refill")
+        with hot.session() as s:
+            assert hot.write_outcomes(s, "node-a", first, expired_only=False) == [True]
+        [execution] = store.list_executions(task_id=claims[0].task.id)
+        assert execution.status is ExecutionStatus.FAILED  # first's outcome, not second's
+        with hot.session() as s:
+            assert hot.write_outcomes(s, "node-a", second, expired_only=False) == [False]  # its fence is spent
+    finally:
+        store.close()
+
+
+def test_a_scratch_transaction_holds_no_other_process_up(dialect: SQLiteDialect) -> None:
+    """While a connection fills its outcome table, another process's write starts at
+    once (busy timeout 0: it would fail, not wait, if the file were locked)."""
+    other = sqlite3.connect(dialect.path, isolation_level=None, timeout=0)
+    try:
+        with dialect.scratch() as s:
+            s.execute("clear_outcome_batch", {})
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+    finally:
+        other.close()
+
+
+def test_staging_waits_for_no_write_of_this_process(tmp_path: Path) -> None:
+    """Another thread of this process inside a write transaction (holding the dialect's
+    own lock as well as the file's) does not hold up a batch being staged."""
+    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+    try:
+        claims = three_claimed(store)
+        hot = store.dialect.hot_path  # type: ignore[attr-defined]
+        inside, leave = threading.Event(), threading.Event()
+
+        def writer() -> None:
+            with store.dialect.transaction():  # type: ignore[attr-defined]
+                inside.set()
+                leave.wait(10)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            assert inside.wait(10)
+            staged = hot.stage_outcomes([outcome_of(c, ExecutionStatus.COMPLETED, store.now()) for c in claims])
+            assert thread.is_alive()  # staged while the other thread still held the write lock
+        finally:
+            leave.set()
+            thread.join(10)
+        with hot.session() as s:
+            assert hot.write_outcomes(s, "node-a", staged, expired_only=False) == [True] * 3
     finally:
         store.close()

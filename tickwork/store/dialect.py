@@ -58,7 +58,7 @@ class Session(Protocol):
 @dataclasses.dataclass(frozen=True)
 class StagedOutcomes:
     """A batch of outcomes as ``HotPath.stage_outcomes`` made it ready: each hot path
-    adds what it made of them, and writes only the batches it staged."""
+    adds what it made of them, and refuses a batch of another hot path's kind."""
 
     outcomes: Sequence[Outcome]
 

@@ -177,16 +177,17 @@ OUTCOME_COLUMNS = (
     "started_at", "attempt", "triggered", "error_type", "error_message", "error_traceback", "result", "note",
     "skipped", "skipped_last", "decision", "counts", "lost_runs",
 )  # fmt: skip
-"""The columns of SQLite's outcome batch after its ``pos`` (sqlite.sql: create_outcome_batch)."""
+"""The columns of SQLite's outcome batch between its ``pos`` and its ``batch`` (sqlite.sql:
+create_outcome_batch)."""
 
 
-def outcome_row(d: Dialect, pos: int, o: Outcome) -> tuple[Any, ...]:
-    """One outcome as the row at ``pos`` of SQLite's outcome batch: times as the store
-    keeps them, a result as its JSON text."""
+def outcome_row(d: Dialect, pos: int, o: Outcome, batch: int) -> tuple[Any, ...]:
+    """One outcome as the row at ``pos`` of SQLite's outcome batch ``batch``: times as the
+    store keeps them, a result as its JSON text."""
     row = _outcome_fields(o, d.encode_time)
     if "result" in row:
         row["result"] = d.encode_json(row["result"])
-    return (pos, *[row.get(column) for column in OUTCOME_COLUMNS])
+    return (pos, *[row.get(column) for column in OUTCOME_COLUMNS], batch)
 
 
 def skipping(d: Dialect, task_id: int, skip: Skipping, now: Any) -> dict[str, Any]:

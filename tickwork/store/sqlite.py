@@ -165,10 +165,11 @@ class SQLiteDialect:
         begin(conn)
         try:
             yield _Session(conn, self.texts)
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # (a failed COMMIT too: the connection must not stay in it)
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[_Session]:

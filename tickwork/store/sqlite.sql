@@ -112,18 +112,24 @@ RETURNING id, task_id, scheduled_for;
 -- them, a result as its JSON text), for the two statements that write it: a table of
 -- each connection's own (TEMP), filled by one executemany. Read from JSON text instead,
 -- each field cost a parse of its outcome's whole object (SQLite before 3.45 keeps no
--- parse), ~13 us an outcome per statement, under the file's write lock.
+-- parse), ~13 us an outcome per statement, under the file's write lock. Each row also
+-- holds its batch's token (batch), by which a write tells the table holds its batch
+-- (hot.RowByRow: it is filled before the write transaction).
 CREATE TEMP TABLE IF NOT EXISTS tickwork_outcome_batch (
     pos INTEGER PRIMARY KEY, task_id, fence, execution_id, status, task_status, scheduled_at, next_run_at,
     finished_at, started_at, attempt, triggered, error_type, error_message, error_traceback, result, note,
-    skipped, skipped_last, decision, counts, lost_runs
+    skipped, skipped_last, decision, counts, lost_runs, batch
 );
 
 -- name: clear_outcome_batch
 DELETE FROM temp.tickwork_outcome_batch;
 
 -- name: add_outcome_batch
-INSERT INTO temp.tickwork_outcome_batch VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO temp.tickwork_outcome_batch VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: outcome_batch_token
+-- The token of the batch the connection's outcome table holds (none: it holds none).
+SELECT batch FROM temp.tickwork_outcome_batch WHERE pos = 0;
 
 -- name: write_outcomes_batch
 -- The task side of a batch of outcomes in one statement (the execution rows:
