@@ -1,5 +1,6 @@
 """What a module's import pulls in: the CLI's commands (and a worker started by one) must
-not load the web stack they do not use, and ``tickwork.web`` still gives its names."""
+not load the web stack or the terminal's rendering before they use them, and the names
+made on first use (``tickwork.web``'s, the CLI's console) are still there."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ def loaded_after(statement: str) -> set[str]:
 @pytest.mark.parametrize("statement", ["import tickwork.cli", "import tickwork.web.auth", "import tickwork"])
 def test_the_web_stack_stays_unloaded(statement: str) -> None:
     assert not loaded_after(statement) & set(WEB_STACK)
+
+
+def test_the_cli_loads_rich_only_to_print() -> None:
+    assert "rich" not in loaded_after("import tickwork.cli")
+    assert "rich" in loaded_after("from tickwork.cli import common; common.console.width")
 
 
 def test_the_web_package_still_gives_its_names() -> None:

@@ -6,7 +6,6 @@ import click
 
 from tickwork.cli import common
 from tickwork.cli.common import SECONDS_OR_ZERO, client, errors_as_messages
-from tickwork.demo import run_demo
 from tickwork.urls import masked
 
 
@@ -37,4 +36,6 @@ def upgrade(ctx: click.Context) -> None:
 def demo(db_path: str, duration: float | None) -> None:
     """Run example tasks (one-time, delayed, cron, interval, retried) on a local node,
     with the dashboard on 127.0.0.1 (its URL and a sign-in token are printed)."""
+    from tickwork.demo import run_demo  # the demo's screen (rich) only where it runs
+
     run_demo(db_path, duration, common.console)

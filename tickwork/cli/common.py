@@ -18,11 +18,10 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo
 
 import click
-from rich.console import Console
 
 from tickwork import logs
 from tickwork.app import App
@@ -32,8 +31,23 @@ from tickwork.redact import REDACTOR
 from tickwork.urls import path_from_url
 from tickwork.web.auth import parse_duration
 
-console = Console()
-"""Every command prints through this one console (tests swap it for a wider one)."""
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    console: Console
+    """Every command prints through this one console (tests swap it for a wider one)."""
+
+
+def __getattr__(name: str) -> Any:
+    """``console``, made on first use: rich costs ~20 ms of a command's start, and a
+    worker or a server started by the CLI prints nothing through it."""
+    if name == "console":
+        from rich.console import Console
+
+        return globals().setdefault("console", Console())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 log = logging.getLogger("tickwork.cli")
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])

@@ -6,7 +6,6 @@ import json
 from datetime import datetime
 
 import click
-from rich.table import Table
 
 from tickwork.cli import common
 from tickwork.cli.common import client, errors_as_messages, json_option
@@ -33,6 +32,8 @@ def queues_list(ctx: click.Context, as_json: bool) -> None:
     if not rows:
         click.echo("no queues: no live task, and none was ever paused")
         return
+    from rich.table import Table  # only where a table is shown: tickwork.cli.common
+
     table = Table(box=None, pad_edge=False)
     for column in ("queue", "state", "pending", "due", "running", "oldest due"):
         table.add_column(column, no_wrap=column != "queue", overflow="ellipsis", justify="left")

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
-from rich.table import Table
 
 from tickwork.cli import common
 from tickwork.cli.common import BadInput, both_zones, client, errors_as_messages, json_option, print_json
@@ -136,6 +135,8 @@ def tasks_show(ctx: click.Context, task_id: int, tracebacks: bool, runs: int, as
         body["waiting"] = app.why_waiting(task)
         print_json({**body, "executions": [execution_dict(e) for e in latest]})
         return
+    from rich.table import Table  # only where a table is shown: tickwork.cli.common
+
     table = Table(show_header=False)
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")
