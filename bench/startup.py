@@ -48,8 +48,8 @@ def first_run(system: System, folder: Path) -> tuple[float, float]:
         system.enqueue(store.url, [datetime.now(UTC) - timedelta(seconds=1)])
         run = Run(store, folder)
         launched = time.time_ns()
-        argv = [sys.executable, "-m", "bench.peers.worker", system.name, store.url, str(run.sink)]
-        process = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.DEVNULL)
+        argv, env = system.command(store.url, run.sink)
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:

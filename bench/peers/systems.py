@@ -4,9 +4,12 @@ process, before any worker starts) and which due time it really stored for each.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from bench.peers import bare
 
@@ -18,6 +21,18 @@ class System:
     name: str
     kind: str  # "tickwork", "pgqueuer", "ceiling" or "bare"
     batch_size: int = 10
+    cli: bool = False
+    """tickwork's worker started by its CLI (``python -m tickwork.cli worker APP``), not by
+    ``run_worker`` from Python: what a deployment usually runs."""
+
+    def command(self, url: str, sink: Path) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of one worker process of this system."""
+        if self.cli:
+            # -m (the `tickwork` script's own start), so that a checkout run from a worktree
+            # starts its own tickwork (python -m puts the working directory first)
+            argv = [sys.executable, "-m", "tickwork.cli", "worker", "bench.peers.cli_app:app", "--concurrency", "16"]
+            return argv, {**os.environ, "TICKWORK_BENCH_URL": url, "TICKWORK_BENCH_SINK": str(sink)}
+        return [sys.executable, "-m", "bench.peers.worker", self.name, url, str(sink)], dict(os.environ)
 
     def enqueue(self, url: str, due: list[datetime]) -> tuple[float, dict[int, float]]:
         """Stores task ``i`` due at ``due[i]``; the seconds that took and each task's due
@@ -43,12 +58,14 @@ class System:
 def parse_system(name: str) -> System:
     kind, _, option = name.partition(":")
     if kind not in ("tickwork", "pgqueuer", "ceiling", "bare"):
-        raise SystemExit(f"unknown system {name!r}: tickwork, pgqueuer[:batch_size=N], ceiling or bare")
+        raise SystemExit(f"unknown system {name!r}: tickwork[:cli], pgqueuer[:batch_size=N], ceiling or bare")
     if not option:
         return System(name, kind)
+    if kind == "tickwork" and option == "cli":
+        return System(name, kind, cli=True)
     key, _, value = option.partition("=")
     if kind != "pgqueuer" or key != "batch_size" or not value.isdigit() or int(value) < 1:
-        raise SystemExit(f"unknown option {option!r} of {kind} (pgqueuer takes batch_size=N, N >= 1)")
+        raise SystemExit(f"unknown option {option!r} of {kind} (tickwork takes cli, pgqueuer batch_size=N, N >= 1)")
     return System(name, kind, int(value))
 
 

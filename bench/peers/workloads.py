@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,8 +20,8 @@ WORKERS = 2
 
 def _launch(run: Run, system: System, count: int = WORKERS) -> None:
     for _ in range(count):
-        argv = [sys.executable, "-m", "bench.peers.worker", system.name, run.store.url, str(run.sink)]
-        run.procs.append(subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.DEVNULL))
+        argv, env = system.command(run.store.url, run.sink)
+        run.procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stderr=subprocess.DEVNULL))
 
 
 def _cpu_s(run: Run) -> float:
