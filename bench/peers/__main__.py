@@ -87,15 +87,15 @@ def medians(passes: list[Results]) -> Results:
     return merged
 
 
+LOWER_IS_BETTER = {"cpu_ms", "db_cpu_ms", "p50", "p99", "cpu_s", "drain_s", "rss_mb"}
+
+
 def lead(mine: float | None, theirs: float | None, key: str) -> float | None:
     """tickwork's figure over the other's (theirs over ours for times and costs), so that
     above 1 always means tickwork is ahead."""
     if not mine or not theirs:
         return None
     return theirs / mine if key in LOWER_IS_BETTER else mine / theirs
-
-
-LOWER_IS_BETTER = {"cpu_ms", "db_cpu_ms", "p50", "p99", "cpu_s", "drain_s", "rss_mb"}
 
 
 def ratios(passes: list[Results], chosen: list[str]) -> list[str]:
